@@ -1,0 +1,217 @@
+"""The plugin's settings: one frozen object, documented defaults, strict validation.
+
+Users set them with slime's ``--custom-config-path some.yaml``, which copies every top-level YAML key
+onto ``args``. This plugin reads ONE key, ``strands``, so its settings never collide with slime's::
+
+    strands:
+      system_prompt: "..."
+      max_tool_iters: 5
+      sandbox: {timeout_s: 10}
+      reward: {tool_shaping: true}
+
+Unknown keys raise ``SettingsError`` naming the key (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "PluginSettings",
+    "RewardSettings",
+    "SandboxSettings",
+    "SettingsError",
+    "settings_from_args",
+]
+
+ARGS_KEY = "strands"
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful mathematician. Solve the problem step by step. You can run Python code with the "
+    "`execute_python_code` tool to compute, check or explore (numpy and sympy are available; print what "
+    "you want to see). When you are done, give the final answer on its own line as "
+    "`Answer: \\boxed{<answer>}`."
+)
+
+
+class SettingsError(ValueError):
+    """A settings file or mapping is invalid (unknown key, wrong type, out-of-range value)."""
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """Limits and backend of the Python sandbox that runs model-written code."""
+
+    backend: str = "auto"
+    """``auto`` (probe: bwrap, then unshare, then limits-only), ``bwrap``, ``unshare``, ``limits``,
+    or ``camel`` (camel-ai's UNISOLATED SubprocessInterpreter; parity with slime's example only)."""
+    timeout_s: float = 10.0
+    """Wall-clock limit per execution; the whole process tree is killed when it expires."""
+    cpu_seconds: int = 10
+    """RLIMIT_CPU of the executed code."""
+    memory_mb: int = 2048
+    """RLIMIT_AS (address space) of the executed code, in MiB."""
+    file_size_mb: int = 16
+    """RLIMIT_FSIZE: largest file the code may write, in MiB."""
+    max_processes: int = 32
+    """Most processes/threads the code may have alive (enforced with a pid namespace where available)."""
+    max_output_chars: int = 8000
+    """Characters of stdout+stderr shown to the model (head + tail with a marker when longer)."""
+    concurrency: int | None = None
+    """Executions running at once per process; ``None`` means the number of CPUs."""
+    prewarm: bool = True
+    """Keep a warm interpreter (with ``preload_modules`` imported) that forks an isolated child per run."""
+    preload_modules: tuple[str, ...] = ("numpy", "sympy")
+    """Modules imported once in the warm interpreter so runs do not pay their import time."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("auto", "bwrap", "unshare", "limits", "camel"):
+            raise SettingsError(f"sandbox.backend: unknown backend {self.backend!r}")
+        for name in ("timeout_s", "cpu_seconds", "memory_mb", "file_size_mb", "max_processes", "max_output_chars"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"sandbox.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.concurrency is not None and self.concurrency <= 0:
+            raise SettingsError(f"sandbox.concurrency must be > 0 or null, got {self.concurrency!r}")
+
+    @property
+    def effective_concurrency(self) -> int:
+        return self.concurrency or os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """Scoring rule knobs for ``slime_strands.reward.math_reward``."""
+
+    tool_shaping: bool = True
+    """On failed answers in TRAINING, nudge the reward with the number of tool iterations (seeds' example):
+    ``min(shaping_cap, score + (tool_iters - shaping_baseline_iters) * shaping_per_iter)``. Never in eval."""
+    shaping_cap: float = -0.6
+    shaping_per_iter: float = 0.05
+    shaping_baseline_iters: int = 2
+    correct: float = 1.0
+    """Reward of a correct answer (training); eval always reports 1.0 / 0.0."""
+    incorrect: float = -1.0
+    """Reward of a wrong or missing answer (training) before shaping."""
+    math_verify_timeout_s: float = 10.0
+    """Wall-clock limit of the math-verify fallback for non-integer labels (separate process)."""
+
+    def __post_init__(self) -> None:
+        if self.math_verify_timeout_s <= 0:
+            raise SettingsError("reward.math_verify_timeout_s must be > 0")
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """Everything the rollout plugin can be told; defaults give the seeds' math agent."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """Used unless the sample's own chat messages start with a system message."""
+    tools: tuple[str, ...] = ("slime_strands.sandbox.execute_python_code",)
+    """Dotted paths of Strands tools given to the agent."""
+    tool_parser: str = "hermes"
+    """Name in ``slime_strands.tool_parsers`` registry (``hermes`` = Qwen/Hermes ``<tool_call>`` JSON)."""
+    enable_thinking: bool | None = None
+    """Passed to the chat template; ``None`` keeps the template's default."""
+    max_tool_iters: int | None = 5
+    """Most assistant turns with tool calls (parallel calls of one turn count once); None = unlimited."""
+    max_tool_calls: int | None = None
+    """Most tool calls in total; None = unlimited."""
+    max_tool_output_tokens: int = 4096
+    """A single tool result longer than this (in tokens) is cut to head + tail with a marker."""
+    max_context_len: int | None = None
+    """Context window of the served model; None = ``args.rollout_max_context_len`` or the server's info."""
+    request_timeout_s: float | None = None
+    """Per-request HTTP timeout towards SGLang; None waits as long as the server needs (slime's choice)."""
+    max_retries: int = 60
+    """Retries of transient failures (connection errors, 5xx, 408, 429) per request."""
+    retry_delay_s: float = 1.0
+    """Base of the exponential backoff between retries (capped at 8x this)."""
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    reward: RewardSettings = field(default_factory=RewardSettings)
+
+    def __post_init__(self) -> None:
+        for name in ("max_tool_iters", "max_tool_calls", "max_context_len"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise SettingsError(f"{name} must be >= 0 or null, got {value!r}")
+        if self.max_tool_output_tokens <= 0:
+            raise SettingsError("max_tool_output_tokens must be > 0")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> PluginSettings:
+        """Build from a plain mapping (e.g. the ``strands:`` YAML section), validating every key."""
+        return _build(cls, data or {}, prefix="")
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> PluginSettings:
+        """Load a ``--custom-config-path`` style YAML file and read its ``strands:`` section."""
+        text = Path(path).read_text()
+        doc = yaml.safe_load(text) or {}
+        if not isinstance(doc, Mapping):
+            raise SettingsError(f"{path}: expected a mapping at top level")
+        return cls.from_mapping(doc.get(ARGS_KEY))
+
+
+def settings_from_args(args: Any) -> PluginSettings:
+    """Read the plugin settings from slime's ``args`` (the ``strands`` attribute), with defaults."""
+    data = getattr(args, ARGS_KEY, None)
+    if isinstance(data, PluginSettings):
+        return data
+    return PluginSettings.from_mapping(data)
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise SettingsError(f"{prefix or 'settings'}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise SettingsError(f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; known: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {name: _coerce(hints[name], value, prefix + name) for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # pragma: no cover - guarded by the checks above
+        raise SettingsError(str(exc)) from exc
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    """Check ``value`` against a field's type hint, converting lists to tuples and ints to floats."""
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value or {}, prefix=where + ".")
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, where)
+            except SettingsError as exc:
+                errors.append(str(exc))
+        raise SettingsError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if origin is tuple:
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise SettingsError(f"{where}: expected a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1]
+        return tuple(_coerce(item, v, where) for v in value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float) and isinstance(value, bool):
+        raise SettingsError(f"{where}: expected {hint.__name__}, got a boolean")
+    if isinstance(hint, type) and not isinstance(value, hint):
+        raise SettingsError(f"{where}: expected {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value
