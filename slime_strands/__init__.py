@@ -1,1 +1,43 @@
-"""slime-strands: token-in/token-out Strands Agents rollouts on SGLang for agentic RL with slime."""
+"""slime-strands: token-in/token-out Strands Agents rollouts on SGLang for agentic RL with slime.
+
+Public API::
+
+    from slime_strands import SGLangClient, SGLangModel, TokenManager, ToolLimiter, ToolIterationLimiter
+    from slime_strands.tool_parsers import HermesToolParser
+
+slime's entry points live in ``slime_strands.rollout`` (generate), ``slime_strands.reward`` and
+``slime_strands.metrics``; they import slime lazily (it is not on PyPI).
+"""
+
+from .client import (
+    GenerateResult,
+    SGLangClient,
+    SGLangConnectionError,
+    SGLangContextLengthError,
+    SGLangError,
+    SGLangHTTPError,
+    SGLangProtocolError,
+)
+from .limits import ToolIterationLimiter, ToolLimiter
+from .model import GenerationAbortedError, ResponseBudgetExhaustedError, SGLangModel, TrajectoryError
+from .token_manager import Segment, TokenManager, TurnInfo
+
+__all__ = [
+    "GenerateResult",
+    "GenerationAbortedError",
+    "ResponseBudgetExhaustedError",
+    "SGLangClient",
+    "SGLangConnectionError",
+    "SGLangContextLengthError",
+    "SGLangError",
+    "SGLangHTTPError",
+    "SGLangModel",
+    "SGLangProtocolError",
+    "Segment",
+    "TokenManager",
+    "ToolIterationLimiter",
+    "ToolLimiter",
+    "TrajectoryError",
+    "TurnInfo",
+]
+__version__ = "0.1.0"

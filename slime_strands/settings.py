@@ -77,7 +77,14 @@ class SandboxSettings:
     def __post_init__(self) -> None:
         if self.backend not in ("auto", "bwrap", "unshare", "limits", "camel"):
             raise SettingsError(f"sandbox.backend: unknown backend {self.backend!r}")
-        for name in ("timeout_s", "cpu_seconds", "memory_mb", "file_size_mb", "max_processes", "max_output_chars"):
+        for name in (
+            "timeout_s",
+            "cpu_seconds",
+            "memory_mb",
+            "file_size_mb",
+            "max_processes",
+            "max_output_chars",
+        ):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"sandbox.{name} must be > 0, got {getattr(self, name)!r}")
         if self.concurrency is not None and self.concurrency <= 0:
@@ -176,7 +183,9 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise SettingsError(f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; known: {sorted(fields)}")
+        raise SettingsError(
+            f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; known: {sorted(fields)}"
+        )
     hints = typing.get_type_hints(cls)
     kwargs = {name: _coerce(hints[name], value, prefix + name) for name, value in data.items()}
     try:

@@ -1,0 +1,374 @@
+"""SGLangClient: the only module that speaks HTTP to SGLang's native API.
+
+One pooled ``httpx.AsyncClient`` per event loop (slime runs rollouts on one background loop, tests and
+users may run several), token-in requests to ``/generate``, retries with exponential backoff and jitter for
+transient failures only, and small typed errors carrying the server's own message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "GenerateResult",
+    "SGLangClient",
+    "SGLangConnectionError",
+    "SGLangContextLengthError",
+    "SGLangError",
+    "SGLangHTTPError",
+    "SGLangProtocolError",
+]
+
+logger = logging.getLogger(__name__)
+
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_CONTEXT_LENGTH_PHRASES = (
+    "longer than the model's context length",
+    "exceeds the model's maximum context length",
+    "maximum context length",
+    "context length",
+    "context window",
+)
+
+
+class SGLangError(Exception):
+    """Base class of every error raised by :class:`SGLangClient`."""
+
+
+class SGLangHTTPError(SGLangError):
+    """The server answered with an error status; ``message`` is the server's own explanation."""
+
+    def __init__(self, status_code: int, message: str, body: str = "") -> None:
+        super().__init__(f"SGLang answered HTTP {status_code}: {message}")
+        self.status_code = status_code
+        self.message = message
+        self.body = body
+
+
+class SGLangContextLengthError(SGLangHTTPError):
+    """A 400 saying the prompt (plus the requested new tokens) does not fit the model's context."""
+
+
+class SGLangConnectionError(SGLangError):
+    """The server could not be reached (or kept failing transiently) after every retry."""
+
+
+class SGLangProtocolError(SGLangError):
+    """The server's answer does not have the shape of SGLang's /generate response."""
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """One /generate answer, reduced to what a token-in/token-out trajectory needs."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    """``stop``, ``length`` or ``abort`` (SGLang's ``finish_reason.type``)."""
+    finish_message: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    weight_version: str | None = None
+    routed_experts: str | None = None
+    """Base64 int32 array (MoE routing replay), when requested and served."""
+    rid: str | None = None
+    text: str = ""
+    meta_info: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+class SGLangClient:
+    """Async client for SGLang's native ``/generate`` with token ids in and token ids out.
+
+    Safe to share across coroutines of one process: each event loop gets its own pooled
+    ``httpx.AsyncClient`` (an httpx client must not be used from a loop other than its own).
+    Proxy variables from the environment are never read (``trust_env=False``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_connections: int = 1000,
+        timeout: float | None = None,
+        max_retries: int = 60,
+        retry_delay: float = 1.0,
+    ) -> None:
+        if max_connections <= 0:
+            raise ValueError("max_connections must be > 0")
+        if max_retries < 0 or retry_delay < 0:
+            raise ValueError("max_retries and retry_delay must be >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.max_connections = max_connections
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.retry_delay = retry_delay
+        self._context_length: int | None = None
+        self._context_length_known = False
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @classmethod
+    def from_slime_args(cls, args: Any, **overrides: Any) -> SGLangClient:
+        """Build from slime's ``args``: router address, and a pool as large as slime's own concurrency."""
+        base_url = overrides.pop("base_url", None) or (
+            f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
+        )
+        if "max_connections" not in overrides:
+            per_engine = getattr(args, "sglang_server_concurrency", None) or 512
+            gpus = getattr(args, "rollout_num_gpus", None) or 1
+            per_engine_gpus = getattr(args, "rollout_num_gpus_per_engine", None) or 1
+            overrides["max_connections"] = int(per_engine) * max(1, int(gpus) // int(per_engine_gpus))
+        return cls(base_url, **overrides)
+
+    def __repr__(self) -> str:
+        return f"SGLangClient({self.base_url!r}, max_connections={self.max_connections})"
+
+    # -- HTTP plumbing -------------------------------------------------------------------------
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            client = httpx.AsyncClient(
+                base_url=self.base_url,
+                timeout=httpx.Timeout(self.timeout),
+                limits=httpx.Limits(
+                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+                ),
+                trust_env=False,
+            )
+            self._clients[loop] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close the connection pool of the current event loop."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter, between ``retry_delay / 2`` and ``8 * retry_delay``."""
+        ceiling = min(self.retry_delay * (2**attempt), 8 * self.retry_delay)
+        return random.uniform(min(self.retry_delay / 2, ceiling), ceiling)
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        retries: int | None = None,
+        body_for_attempt: Callable[[int], Any] | None = None,
+    ) -> httpx.Response:
+        """Send one request, retrying connection errors and 5xx / 408 / 429; never retrying other 4xx.
+
+        ``body_for_attempt(attempt)``, when given, builds the body of each attempt (a retried /generate
+        needs a fresh ``rid``: the first attempt may still be running and SGLang rejects duplicate rids).
+        """
+        retries = self.max_retries if retries is None else retries
+        last_error: Exception | None = None
+        for attempt in range(retries + 1):
+            if attempt:
+                await asyncio.sleep(self._backoff(attempt - 1))
+            try:
+                body = body_for_attempt(attempt) if body_for_attempt else json_body
+                response = await self._http().request(method, path, json=body, headers=headers)
+            except httpx.TransportError as exc:  # connect errors, resets, read timeouts, protocol errors
+                last_error = exc
+                logger.debug("SGLang %s %s failed (%s), attempt %d", method, path, exc, attempt + 1)
+                continue
+            if response.status_code < 400:
+                return response
+            error = _http_error(response)
+            if response.status_code not in _RETRYABLE_STATUS:
+                raise error
+            last_error = error
+            logger.debug(
+                "SGLang %s %s answered %d, attempt %d", method, path, response.status_code, attempt + 1
+            )
+        assert last_error is not None
+        raise SGLangConnectionError(
+            f"{method} {self.base_url}{path} failed after {retries + 1} attempt(s): {last_error}"
+        ) from last_error
+
+    # -- API -----------------------------------------------------------------------------------
+
+    async def generate(
+        self,
+        input_ids: Sequence[int],
+        sampling_params: Mapping[str, Any],
+        *,
+        rid: str | None = None,
+        routing_key: str | None = None,
+        return_routed_experts: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> GenerateResult:
+        """Generate from ``input_ids`` (never text) and return output ids with their logprobs.
+
+        ``logprob_start_len = len(input_ids) - 1`` keeps SGLang's prefix cache usable while returning only
+        the output logprobs. ``routing_key`` pins every turn of one trajectory to one worker.
+        """
+        if not input_ids:
+            raise ValueError("input_ids must not be empty")
+        rid = rid or uuid.uuid4().hex
+        body: dict[str, Any] = {
+            "input_ids": list(input_ids),
+            "sampling_params": dict(sampling_params),
+            "return_logprob": True,
+            "logprob_start_len": len(input_ids) - 1,
+            "rid": rid,
+            "stream": False,
+        }
+        if return_routed_experts:
+            body["return_routed_experts"] = True
+        if extra_body:
+            body.update(extra_body)
+        headers = {ROUTING_KEY_HEADER: routing_key} if routing_key else None
+
+        def body_for_attempt(attempt: int) -> dict[str, Any]:
+            return body if attempt == 0 else {**body, "rid": f"{rid}-retry{attempt}"}
+
+        response = await self._request(
+            "POST", "/generate", headers=headers, body_for_attempt=body_for_attempt
+        )
+        return _parse_generate(response, rid)
+
+    async def health(self) -> bool:
+        """True when ``/health`` answers 200 (one attempt, no retries)."""
+        try:
+            response = await self._http().get("/health")
+        except httpx.TransportError:
+            return False
+        return response.status_code == 200
+
+    async def abort(self, rid: str | None = None) -> None:
+        """Abort one request by ``rid``, or every in-flight request when ``rid`` is None."""
+        body = {"rid": rid} if rid else {"abort_all": True}
+        await self._request("POST", "/abort_request", json_body=body, retries=2)
+
+    async def model_info(self) -> dict[str, Any]:
+        """The server's ``/model_info`` (``/get_model_info`` on older servers)."""
+        try:
+            response = await self._request("GET", "/model_info", retries=2)
+        except SGLangHTTPError as exc:
+            if exc.status_code != 404:
+                raise
+            response = await self._request("GET", "/get_model_info", retries=2)
+        return _json(response)
+
+    async def server_info(self) -> dict[str, Any]:
+        """The server's ``/server_info`` (``/get_server_info`` on older servers)."""
+        try:
+            response = await self._request("GET", "/server_info", retries=2)
+        except SGLangHTTPError as exc:
+            if exc.status_code != 404:
+                raise
+            response = await self._request("GET", "/get_server_info", retries=2)
+        return _json(response)
+
+    async def context_length(self) -> int | None:
+        """The served model's context window, from model or server info (asked once); None when neither says."""
+        if self._context_length_known:
+            return self._context_length
+        answered = False
+        for getter in (self.model_info, self.server_info):
+            try:
+                info = await getter()
+            except SGLangError:
+                continue
+            answered = True
+            for key in ("context_length", "max_context_length", "context_len", "max_model_len"):
+                value = info.get(key)
+                if isinstance(value, int) and value > 0:
+                    self._context_length, self._context_length_known = value, True
+                    return value
+        self._context_length_known = answered  # ask again later if the server could not be reached
+        return None
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise SGLangProtocolError(f"expected JSON from {response.url}, got {response.text[:200]!r}") from exc
+
+
+def _error_message(response: httpx.Response) -> str:
+    """Extract the server's message from any of SGLang's error body shapes."""
+    text = response.text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.strip()[:2000] or response.reason_phrase
+    if isinstance(body, dict):
+        error = body.get("error", body.get("detail"))
+        if isinstance(error, dict):
+            return str(error.get("message", error))
+        if error is not None:
+            return str(error)
+        if "message" in body:
+            return str(body["message"])
+    return text.strip()[:2000]
+
+
+def _http_error(response: httpx.Response) -> SGLangHTTPError:
+    message = _error_message(response)
+    lowered = message.lower()
+    if response.status_code == 400 and any(phrase in lowered for phrase in _CONTEXT_LENGTH_PHRASES):
+        return SGLangContextLengthError(400, message, response.text)
+    return SGLangHTTPError(response.status_code, message, response.text)
+
+
+def _parse_generate(response: httpx.Response, rid: str) -> GenerateResult:
+    body = _json(response)
+    if isinstance(body, list) and len(body) == 1:
+        body = body[0]
+    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
+        raise SGLangProtocolError(f"unexpected /generate answer: {str(body)[:300]}")
+    meta: dict[str, Any] = body["meta_info"]
+    finish = meta.get("finish_reason") or {}
+    if isinstance(finish, str):
+        finish = {"type": finish}
+    finish_type = str(finish.get("type") or "stop")
+    entries = meta.get("output_token_logprobs")
+    output_ids = body.get("output_ids")
+    if entries is None:
+        if finish_type == "abort" and not output_ids:
+            entries = []  # aborted in the waiting queue: nothing was generated
+        else:
+            raise SGLangProtocolError("the answer has no output_token_logprobs (was return_logprob ignored?)")
+    ids = [int(entry[1]) for entry in entries]
+    logprobs = [float(entry[0]) if entry[0] is not None else 0.0 for entry in entries]
+    if output_ids is not None and list(output_ids) != ids:
+        raise SGLangProtocolError(
+            f"output_ids ({len(output_ids)} tokens) disagree with output_token_logprobs ({len(ids)} tokens)"
+        )
+    return GenerateResult(
+        output_ids=ids,
+        logprobs=logprobs,
+        finish_reason=finish_type,
+        finish_message=finish.get("message"),
+        prompt_tokens=meta.get("prompt_tokens"),
+        cached_tokens=meta.get("cached_tokens"),
+        completion_tokens=meta.get("completion_tokens"),
+        weight_version=None if meta.get("weight_version") is None else str(meta["weight_version"]),
+        routed_experts=meta.get("routed_experts"),
+        rid=str(meta.get("id") or rid),
+        text=str(body.get("text") or ""),
+        meta_info=meta,
+    )

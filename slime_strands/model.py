@@ -1,0 +1,490 @@
+"""SGLangModel: a Strands Model provider that generates token-in/token-out through SGLang's /generate.
+
+Per call: render only the new messages (tool results, user follow-ups) with the chat template, send the
+whole token trajectory as ``input_ids``, append the server's ``output_ids`` verbatim (end-of-turn included)
+with their logprobs, parse tool calls strictly from the decoded output and emit Strands events. The
+:class:`~slime_strands.token_manager.TokenManager` is the training record; ``agent.messages`` is only the
+agent's view and is never re-rendered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+import weakref
+from collections import Counter
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, TypeVar
+
+from strands.hooks import BeforeToolCallEvent
+from strands.models import Model
+from strands.types.content import Messages
+from strands.types.exceptions import ContextWindowOverflowException
+from strands.types.streaming import StreamEvent
+from strands.types.tools import ToolSpec
+
+from .chat import ChatRenderer, to_template_messages, to_template_tools
+from .client import GenerateResult, SGLangClient, SGLangContextLengthError
+from .token_manager import TokenManager, TurnInfo
+from .tool_parsers import ToolCall, ToolCallError, ToolParser, get_tool_parser
+
+__all__ = [
+    "GenerationAbortedError",
+    "ModelStats",
+    "ResponseBudgetExhaustedError",
+    "SGLangConfig",
+    "SGLangModel",
+    "TrajectoryError",
+]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+INVALID_TOOL_NAME = "invalid_tool_call"
+"""Tool name of the toolUse block emitted for a malformed call; its error result carries the reason."""
+
+# sampling_params keys SGLang accepts (unknown keys are rejected by the server with a 400).
+SGLANG_SAMPLING_KEYS = frozenset(
+    {
+        "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
+        "stop_regex", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+        "frequency_penalty", "presence_penalty", "repetition_penalty", "json_schema", "regex", "ebnf", "n",
+        "sampling_seed", "custom_params", "logit_bias",
+    }
+)  # fmt: skip
+_MIN_GENERATION_ROOM = 1
+_MIN_TRUNCATED_TOOL_TOKENS = 32
+# Tokenizer and template work leaves the event loop; a small dedicated pool keeps it off the default executor.
+_TOKENIZER_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="slime-strands-tokenizer")
+
+
+class SGLangConfig(TypedDict, total=False):
+    """Configuration of :class:`SGLangModel` (``update_config`` / ``get_config``)."""
+
+    model_id: str | None
+    params: dict[str, Any]
+    """SGLang sampling params sent every turn (``max_new_tokens`` is the per-turn cap)."""
+    context_length: int | None
+    """Context window in tokens; None asks the server's model info once when a turn needs it."""
+    max_response_tokens: int | None
+    """Whole-trajectory budget of response tokens (generated + tool/template tokens after the prompt)."""
+    max_tool_output_tokens: int | None
+    """A tool result longer than this (tokens) is cut to head + tail with a marker."""
+    routing_key: str | None
+    """Sent as ``X-SMG-Routing-Key`` so every turn of the trajectory hits one worker's prefix cache."""
+    return_routed_experts: bool
+    """Request MoE routing replay data every turn (slime's ``--use-rollout-routing-replay``)."""
+
+
+class TrajectoryError(RuntimeError):
+    """The conversation can no longer be continued token-in/token-out (history edited, turn left open)."""
+
+
+class ResponseBudgetExhaustedError(RuntimeError):
+    """The whole-trajectory response budget leaves no room for another turn."""
+
+
+class GenerationAbortedError(RuntimeError):
+    """The server aborted the request (``finish_reason.type == "abort"``)."""
+
+
+@dataclass
+class ModelStats:
+    """Per-trajectory counters kept by the model (reset with :meth:`SGLangModel.reset`)."""
+
+    turns: int = 0
+    generation_time_s: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    tool_calls_parsed: int = 0
+    parse_errors: Counter[str] = field(default_factory=Counter)
+    tool_outputs_truncated: int = 0
+    last_finish_reason: str | None = None
+
+
+class SGLangModel(Model):
+    """Strands Model provider over SGLang's native API, recording an exact token trajectory.
+
+    One instance per trajectory (it holds the trajectory); share the :class:`SGLangClient` instead.
+    """
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Any,
+        client: SGLangClient | None = None,
+        base_url: str | None = None,
+        model_id: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        sampling_params: Mapping[str, Any] | None = None,
+        enable_thinking: bool | None = None,
+        tool_parser: ToolParser | str | None = None,
+        **config: Any,
+    ) -> None:
+        if client is None:
+            if base_url is None:
+                raise ValueError("SGLangModel needs a client= or a base_url=")
+            client = SGLangClient(base_url)
+        elif base_url is not None:
+            raise ValueError("pass either client= or base_url=, not both")
+        if params is not None and sampling_params is not None:
+            raise ValueError("pass either params= or its alias sampling_params=, not both")
+        self.client = client
+        self.tokenizer = tokenizer
+        self.tool_parser = (
+            get_tool_parser(tool_parser or "hermes")
+            if not isinstance(tool_parser, ToolParser)
+            else tool_parser
+        )
+        self._renderer = ChatRenderer(tokenizer, enable_thinking=enable_thinking)
+        self.config: SGLangConfig = {
+            "model_id": model_id,
+            "params": {},
+            "context_length": None,
+            "max_response_tokens": None,
+            "max_tool_output_tokens": None,
+            "routing_key": None,
+            "return_routed_experts": False,
+        }
+        self.update_config(params=dict(params if params is not None else sampling_params or {}), **config)
+        self.token_manager = TokenManager()
+        self.reset()
+
+    # -- Strands Model API ----------------------------------------------------------------------
+
+    def update_config(self, **model_config: Any) -> None:
+        unknown = set(model_config) - set(SGLangConfig.__annotations__)
+        if unknown:
+            raise ValueError(f"unknown SGLangModel config key(s): {sorted(unknown)}")
+        if "params" in model_config:
+            params = dict(model_config["params"] or {})
+            bad = set(params) - SGLANG_SAMPLING_KEYS
+            if bad:
+                raise ValueError(f"not SGLang sampling params: {sorted(bad)} (SGLang rejects unknown keys)")
+            model_config["params"] = params
+        self.config.update(model_config)  # type: ignore[typeddict-item]
+
+    def get_config(self) -> SGLangConfig:
+        return self.config
+
+    def structured_output(
+        self, output_model: Any, prompt: Messages, system_prompt: str | None = None, **kwargs: Any
+    ):  # type: ignore[override]
+        raise NotImplementedError(
+            "SGLangModel does not implement structured_output (not needed for RL rollouts)"
+        )
+
+    @property
+    def enable_thinking(self) -> bool | None:
+        return self._renderer.enable_thinking
+
+    def reset(self) -> None:
+        """Start a new episode: empty trajectory and counters."""
+        self.token_manager.reset()
+        self.stats = ModelStats()
+        self._messages_seen = 0
+        self._last_tool_ids: list[str] = []
+        self._call_errors: dict[str, ToolCallError] = {}
+        self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.routed_experts: list[str] = []
+
+    @property
+    def parse_errors(self) -> Counter[str]:
+        """Malformed tool calls of this trajectory, by kind."""
+        return self.stats.parse_errors
+
+    async def stream(  # type: ignore[override]
+        self,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None = None,
+        system_prompt: str | None = None,
+        *,
+        invocation_state: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        if system_prompt is None and kwargs.get("system_prompt_content"):
+            system_prompt = "".join(b.get("text", "") for b in kwargs["system_prompt_content"]) or None
+        self._hook_agent((invocation_state or {}).get("agent"))
+        tools = to_template_tools(tool_specs)
+        tool_names = {spec["name"] for spec in tool_specs or []}
+
+        tm = self.token_manager
+        if len(tm) == 0:
+            prompt_text, prompt_ids = await _offload(self._render_initial, messages, system_prompt, tools)
+            tm.add_prompt(prompt_ids)
+            delta_ids: list[int] = []
+        else:
+            prompt_text, delta_ids = await self._render_new_messages(messages, system_prompt, tools)
+
+        max_new_tokens = await self._turn_budget(len(delta_ids))
+        input_ids = tm.token_ids + delta_ids
+        params = dict(self.config["params"])
+        params["max_new_tokens"] = max_new_tokens
+        stop_ids = list(params.get("stop_token_ids") or [])
+        if self._renderer.end_of_turn_id not in stop_ids:
+            params["stop_token_ids"] = [*stop_ids, self._renderer.end_of_turn_id]
+
+        started = time.perf_counter()
+        try:
+            result = await self.client.generate(
+                input_ids,
+                params,
+                routing_key=self.config["routing_key"],
+                return_routed_experts=self.config["return_routed_experts"],
+            )
+        except SGLangContextLengthError as exc:
+            raise ContextWindowOverflowException(str(exc)) from exc
+        elapsed = time.perf_counter() - started
+
+        if delta_ids:
+            tm.add_observation(delta_ids)
+        self._record_turn(result, elapsed)
+        if result.finish_reason == "abort":
+            raise GenerationAbortedError(result.finish_message or "the server aborted the request")
+        self._messages_seen = len(messages) + 1  # + the assistant message the agent appends for this answer
+
+        parsed = await _offload(self._parse_output, result.output_ids, prompt_text)
+        for event in self._events(parsed, result, tool_names, len(input_ids), elapsed):
+            yield event
+
+    # -- rendering --------------------------------------------------------------------------------
+
+    def _render_initial(
+        self, messages: Messages, system_prompt: str | None, tools: list[dict[str, Any]] | None
+    ) -> tuple[str, list[int]]:
+        template_messages = to_template_messages(messages)
+        if system_prompt:
+            template_messages.insert(0, {"role": "system", "content": system_prompt})
+        text = self._renderer.render(template_messages, tools=tools)
+        return text, self._renderer.encode(text)
+
+    async def _render_new_messages(
+        self, messages: Messages, system_prompt: str | None, tools: list[dict[str, Any]] | None
+    ) -> tuple[str, list[int]]:
+        """Tokens of the messages added since our last answer, tool outputs cut to fit the budgets."""
+        seen = self._messages_seen
+        if seen == 0 or len(messages) < seen or messages[seen - 1].get("role") != "assistant":
+            raise TrajectoryError(
+                "the conversation history changed since the last model call (trimmed or edited?); "
+                "token-in/token-out needs an append-only history: use NullConversationManager"
+            )
+        new = messages[seen:]
+        if not new:
+            raise TrajectoryError("no new message since the last model call")
+        if any(m.get("role") == "assistant" for m in new):
+            raise TrajectoryError("an assistant message this model did not generate was added to the history")
+        last = self.token_manager.last_segment
+        if (
+            last is None
+            or last.kind != "generated"
+            or not last.token_ids
+            or last.token_ids[-1] != self._renderer.end_of_turn_id
+        ):
+            raise TrajectoryError(
+                "the previous turn did not end with an end-of-turn token (cut by max_tokens?)"
+            )
+        template_messages = to_template_messages(new, tool_order=self._last_tool_ids)
+        room = await self._room()
+        return await _offload(self._fit_continuation, template_messages, system_prompt, tools, room)
+
+    def _fit_continuation(
+        self,
+        template_messages: list[dict[str, Any]],
+        system_prompt: str | None,
+        tools: list[dict[str, Any]] | None,
+        room: int | None,
+    ) -> tuple[str, list[int]]:
+        limit = self.config["max_tool_output_tokens"]
+        tool_msgs = [m for m in template_messages if m["role"] == "tool"]
+        encoded = {id(m): self._renderer.encode(m["content"]) for m in tool_msgs}
+        if limit:
+            self._cut_tool_outputs(tool_msgs, encoded, limit)
+        text = self._renderer.render_continuation(template_messages, system=system_prompt, tools=tools)
+        ids = self._renderer.encode(text)
+        if room is not None and tool_msgs and len(ids) + _MIN_GENERATION_ROOM > room:
+            # Shrink every tool output evenly so the observation still leaves room to generate.
+            overflow = len(ids) + _MIN_GENERATION_ROOM - room
+            current = sum(len(encoded[id(m)]) for m in tool_msgs)
+            per_tool = (current - overflow) // len(tool_msgs)
+            if per_tool >= _MIN_TRUNCATED_TOOL_TOKENS:
+                self._cut_tool_outputs(tool_msgs, encoded, per_tool)
+                text = self._renderer.render_continuation(
+                    template_messages, system=system_prompt, tools=tools
+                )
+                ids = self._renderer.encode(text)
+        return text, ids
+
+    def _cut_tool_outputs(
+        self, tool_msgs: list[dict[str, Any]], encoded: dict[int, list[int]], limit: int
+    ) -> None:
+        for message in tool_msgs:
+            ids = encoded[id(message)]
+            if len(ids) <= limit:
+                continue
+            marker = "\n... [{} tokens of tool output truncated] ...\n"
+            keep = max(limit - len(self._renderer.encode(marker.format(len(ids)))), 2)
+            head, tail = ids[: keep - keep // 2], ids[len(ids) - keep // 2 :]
+            dropped = len(ids) - len(head) - len(tail)
+            message["content"] = (
+                self._renderer.decode(head) + marker.format(dropped) + self._renderer.decode(tail)
+            )
+            encoded[id(message)] = self._renderer.encode(message["content"])
+            self.stats.tool_outputs_truncated += 1
+
+    # -- budgets ---------------------------------------------------------------------------------
+
+    async def _room(self) -> int | None:
+        """Tokens that may still be appended (observation + generation), or None when unbounded."""
+        rooms = []
+        context = await self._context_window()
+        if context is not None:
+            rooms.append(context - len(self.token_manager))
+        budget = self.config["max_response_tokens"]
+        if budget is not None:
+            rooms.append(budget - self.token_manager.response_length)
+        return min(rooms) if rooms else None
+
+    async def _context_window(self) -> int | None:
+        configured = self.config["context_length"]
+        return configured if configured is not None else await self.client.context_length()
+
+    async def _turn_budget(self, delta_len: int) -> int:
+        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets."""
+        tm = self.token_manager
+        cap = self.config["params"].get("max_new_tokens")
+        context = await self._context_window()
+        context_room = None if context is None else context - len(tm) - delta_len
+        budget = self.config["max_response_tokens"]
+        response_room = None if budget is None else budget - tm.response_length - delta_len
+        if context_room is not None and context_room < _MIN_GENERATION_ROOM:
+            raise ContextWindowOverflowException(
+                f"the context window ({context} tokens) is full: the trajectory has {len(tm)} tokens and the new "
+                f"messages {delta_len}"
+            )
+        if response_room is not None and response_room < _MIN_GENERATION_ROOM:
+            raise ResponseBudgetExhaustedError(
+                f"the response budget ({budget} tokens) is spent: {tm.response_length} used, the new messages "
+                f"need {delta_len}"
+            )
+        candidates = [c for c in (cap, context_room, response_room) if c is not None]
+        if not candidates:
+            raise ValueError(
+                "set params['max_new_tokens'], context_length or max_response_tokens: none is known"
+            )
+        return int(min(candidates))
+
+    # -- output -----------------------------------------------------------------------------------
+
+    def _record_turn(self, result: GenerateResult, elapsed: float) -> None:
+        info = TurnInfo(
+            finish_reason=result.finish_reason,
+            prompt_tokens=result.prompt_tokens,
+            cached_tokens=result.cached_tokens,
+            weight_version=result.weight_version,
+            rid=result.rid,
+        )
+        if result.output_ids:
+            self.token_manager.add_generation(result.output_ids, result.logprobs, info)
+        stats = self.stats
+        stats.turns += 1
+        stats.generation_time_s += elapsed
+        stats.prompt_tokens += result.prompt_tokens or 0
+        stats.cached_tokens += result.cached_tokens or 0
+        stats.last_finish_reason = result.finish_reason
+        if result.routed_experts is not None:
+            self.routed_experts.append(result.routed_experts)
+
+    def _parse_output(self, output_ids: Sequence[int], prompt_text: str) -> Any:
+        ids = list(output_ids)
+        if ids and ids[-1] == self._renderer.end_of_turn_id:
+            ids.pop()
+        text = self._renderer.decode(ids)
+        return self.tool_parser.parse(text, starts_in_reasoning=self._renderer.opens_reasoning(prompt_text))
+
+    def _events(
+        self, parsed: Any, result: GenerateResult, tool_names: set[str], input_len: int, elapsed: float
+    ) -> list[StreamEvent]:
+        events: list[StreamEvent] = [{"messageStart": {"role": "assistant"}}]
+        if parsed.reasoning:
+            events += [
+                {"contentBlockStart": {"start": {}}},
+                {"contentBlockDelta": {"delta": {"reasoningContent": {"text": parsed.reasoning}}}},
+                {"contentBlockStop": {}},
+            ]
+        if parsed.content:
+            events += [
+                {"contentBlockStart": {"start": {}}},
+                {"contentBlockDelta": {"delta": {"text": parsed.content}}},
+                {"contentBlockStop": {}},
+            ]
+        if parsed.reasoning_calls:
+            self.stats.parse_errors["inside_reasoning"] += parsed.reasoning_calls
+        self._last_tool_ids = []
+        closed = result.finish_reason == "stop"
+        for call in parsed.calls if closed else []:
+            tool_id = f"call_{uuid.uuid4().hex[:24]}"
+            if isinstance(call, ToolCall) and call.name not in tool_names:
+                known = ", ".join(sorted(tool_names)) or "none"
+                call = ToolCallError(
+                    "unknown_tool",
+                    f"unknown tool {call.name!r}; available tools: {known}",
+                    call.raw,
+                    call.name,
+                )
+            if isinstance(call, ToolCallError):
+                self.stats.parse_errors[call.kind] += 1
+                self._call_errors[tool_id] = call
+                name, payload = INVALID_TOOL_NAME, "{}"
+            else:
+                self.stats.tool_calls_parsed += 1
+                name, payload = call.name, _json_dumps(call.input)
+            self._last_tool_ids.append(tool_id)
+            events += [
+                {"contentBlockStart": {"start": {"toolUse": {"name": name, "toolUseId": tool_id}}}},
+                {"contentBlockDelta": {"delta": {"toolUse": {"input": payload}}}},
+                {"contentBlockStop": {}},
+            ]
+        if result.finish_reason == "length":
+            stop_reason = "max_tokens"
+        elif self._last_tool_ids:
+            stop_reason = "tool_use"
+        else:
+            stop_reason = "end_turn"
+        usage = {
+            "inputTokens": input_len,
+            "outputTokens": len(result.output_ids),
+            "totalTokens": input_len + len(result.output_ids),
+        }
+        if result.cached_tokens is not None:
+            usage["cacheReadInputTokens"] = result.cached_tokens
+        events.append({"messageStop": {"stopReason": stop_reason}})
+        events.append({"metadata": {"usage": usage, "metrics": {"latencyMs": int(elapsed * 1000)}}})  # type: ignore[typeddict-item]
+        return events
+
+    # -- malformed calls reach the model as tool errors ----------------------------------------
+
+    def _hook_agent(self, agent: Any) -> None:
+        """Give malformed calls an error result that says what was wrong (Strands would run them with ``{}``)."""
+        if agent is None or agent in self._hooked_agents or not hasattr(agent, "add_hook"):
+            return
+        agent.add_hook(self._on_before_tool_call, BeforeToolCallEvent)
+        self._hooked_agents.add(agent)
+
+    def _on_before_tool_call(self, event: BeforeToolCallEvent) -> None:
+        error = self._call_errors.get(str(event.tool_use.get("toolUseId")))
+        if error is not None:
+            event.cancel_tool = f"Error: invalid tool call ({error.kind}): {error.message}"
+
+
+def _json_dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+async def _offload(fn: Any, *args: Any) -> Any:
+    """Run tokenizer / template / parsing work off the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(_TOKENIZER_POOL, fn, *args)

@@ -1,0 +1,157 @@
+"""TokenManager: the append-only token trajectory of one episode.
+
+The trajectory is the training data: token ids exactly as the server saw and produced them, a loss mask
+(1 only for model-generated tokens) and the sampling logprobs (0.0 for tokens the model did not sample).
+Nothing here is ever re-tokenized or rewritten; appending costs O(new tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Segment", "SegmentKind", "TokenManager", "TurnInfo"]
+
+SegmentKind = Literal["prompt", "generated", "observation"]
+
+
+@dataclass(frozen=True)
+class TurnInfo:
+    """What the server said about one generated turn."""
+
+    finish_reason: str
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    weight_version: str | None = None
+    rid: str | None = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A contiguous run of the trajectory with one provenance.
+
+    ``prompt``: the initial rendering (system + tools + first messages); ``generated``: one server answer,
+    byte-for-byte its ``output_ids``; ``observation``: template-rendered tool results / user messages
+    appended between turns (and generation prompts).
+    """
+
+    kind: SegmentKind
+    start: int
+    token_ids: tuple[int, ...]
+    info: TurnInfo | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.token_ids)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+class TokenManager:
+    """Append-only trajectory: ``token_ids``, ``loss_mask``, ``logprobs`` and provenance ``segments``.
+
+    ``segments[0]`` is the initial prompt; everything after it is the response in slime's sense.
+    Logprobs of non-generated tokens are 0.0 (what slime expects for masked positions).
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the trajectory (start a new episode)."""
+        self._token_ids: list[int] = []
+        self._loss_mask: list[int] = []
+        self._logprobs: list[float] = []
+        self._segments: list[Segment] = []
+
+    # -- appends ------------------------------------------------------------------------------
+
+    def add_prompt(self, token_ids: Sequence[int]) -> Segment:
+        """Append the initial prompt; only allowed on an empty trajectory."""
+        if self._segments:
+            raise ValueError("the initial prompt can only be added to an empty trajectory")
+        if not token_ids:
+            raise ValueError("the initial prompt must not be empty")
+        return self._append("prompt", token_ids, None, None)
+
+    def add_observation(self, token_ids: Sequence[int]) -> Segment:
+        """Append template tokens the model did not generate (tool results, user turns, generation prompt)."""
+        if not self._segments:
+            raise ValueError("add the initial prompt first")
+        if not token_ids:
+            raise ValueError("an observation must not be empty")
+        return self._append("observation", token_ids, None, None)
+
+    def add_generation(self, token_ids: Sequence[int], logprobs: Sequence[float], info: TurnInfo) -> Segment:
+        """Append one server answer: its ``output_ids`` and their sampling logprobs (trained on)."""
+        if not self._segments:
+            raise ValueError("add the initial prompt first")
+        if len(token_ids) != len(logprobs):
+            raise ValueError(f"{len(token_ids)} tokens but {len(logprobs)} logprobs")
+        return self._append("generated", token_ids, logprobs, info)
+
+    def _append(
+        self,
+        kind: SegmentKind,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float] | None,
+        info: TurnInfo | None,
+    ) -> Segment:
+        ids = tuple(int(t) for t in token_ids)
+        segment = Segment(kind=kind, start=len(self._token_ids), token_ids=ids, info=info)
+        self._token_ids.extend(ids)
+        if logprobs is None:
+            self._loss_mask.extend([0] * len(ids))
+            self._logprobs.extend([0.0] * len(ids))
+        else:
+            self._loss_mask.extend([1] * len(ids))
+            self._logprobs.extend(float(lp) for lp in logprobs)
+        self._segments.append(segment)
+        return segment
+
+    # -- views (copies: callers cannot corrupt the record) -------------------------------------
+
+    @property
+    def token_ids(self) -> list[int]:
+        return list(self._token_ids)
+
+    @property
+    def loss_mask(self) -> list[int]:
+        return list(self._loss_mask)
+
+    @property
+    def logprobs(self) -> list[float]:
+        return list(self._logprobs)
+
+    @property
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    def __len__(self) -> int:
+        return len(self._token_ids)
+
+    @property
+    def prompt_length(self) -> int:
+        """Tokens of the initial prompt (``segments[0]``); 0 before the first turn."""
+        return len(self._segments[0]) if self._segments else 0
+
+    @property
+    def response_length(self) -> int:
+        """Tokens after the initial prompt: generated and observation tokens alike."""
+        return len(self._token_ids) - self.prompt_length
+
+    @property
+    def generated_length(self) -> int:
+        """Tokens the model sampled (the ones with loss_mask 1)."""
+        return sum(len(s) for s in self._segments if s.kind == "generated")
+
+    @property
+    def turns(self) -> list[TurnInfo]:
+        """Server info of every generated turn, in order."""
+        return [s.info for s in self._segments if s.kind == "generated" and s.info is not None]
+
+    @property
+    def last_segment(self) -> Segment | None:
+        return self._segments[-1] if self._segments else None
