@@ -19,6 +19,7 @@ __all__ = ["ChatRenderer", "TemplateError", "to_template_messages", "to_template
 _BASE_USER = "Base question for incremental rendering."
 _BASE_ASSISTANT = "Base answer 7f3a9c for incremental rendering."
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_VERIFIED: dict[tuple[Any, ...], tuple[str, int]] = {}
 
 
 class TemplateError(ValueError):
@@ -113,10 +114,24 @@ class ChatRenderer:
             )
         self.tokenizer = tokenizer
         self.enable_thinking = enable_thinking
-        self.end_of_turn = self._detect_end_of_turn()
-        self.end_of_turn_id: int = self._single_token_id(self.end_of_turn)
-        if probe:
-            self.probe()
+        # Detection and probing cost ~10 ms of template rendering: done once per (tokenizer, template, mode),
+        # not once per trajectory (a rollout step builds hundreds of models).
+        key = (
+            id(tokenizer),
+            getattr(tokenizer, "name_or_path", ""),
+            tokenizer.chat_template,
+            enable_thinking,
+            probe,
+        )
+        known = _VERIFIED.get(key)
+        if known is None:
+            end_of_turn = self._detect_end_of_turn()
+            self.end_of_turn, self.end_of_turn_id = end_of_turn, self._single_token_id(end_of_turn)
+            if probe:
+                self.probe()
+            _VERIFIED[key] = (self.end_of_turn, self.end_of_turn_id)
+        else:
+            self.end_of_turn, self.end_of_turn_id = known
 
     # -- rendering ----------------------------------------------------------------------------
 

@@ -59,6 +59,7 @@ SGLANG_SAMPLING_KEYS = frozenset(
 )  # fmt: skip
 _MIN_GENERATION_ROOM = 1
 _MIN_TRUNCATED_TOOL_TOKENS = 32
+_CHARS_PER_TOKEN_BOUND = 16
 # Tokenizer and template work leaves the event loop; a small dedicated pool keeps it off the default executor.
 _TOKENIZER_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="slime-strands-tokenizer")
 
@@ -301,6 +302,11 @@ class SGLangModel(Model):
     ) -> tuple[str, list[int]]:
         limit = self.config["max_tool_output_tokens"]
         tool_msgs = [m for m in template_messages if m["role"] == "tool"]
+        if (
+            limit
+        ):  # bound tokenizer work on huge outputs: no token survives beyond ~8 chars/token of head+tail
+            for message in tool_msgs:
+                message["content"] = _cut_chars(message["content"], limit * _CHARS_PER_TOKEN_BOUND)
         encoded = {id(m): self._renderer.encode(m["content"]) for m in tool_msgs}
         if limit:
             self._cut_tool_outputs(tool_msgs, encoded, limit)
@@ -479,6 +485,15 @@ class SGLangModel(Model):
         error = self._call_errors.get(str(event.tool_use.get("toolUseId")))
         if error is not None:
             event.cancel_tool = f"Error: invalid tool call ({error.kind}): {error.message}"
+
+
+def _cut_chars(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return (
+        f"{text[:half]}\n... [{len(text) - 2 * half} characters of tool output truncated] ...\n{text[-half:]}"
+    )
 
 
 def _json_dumps(value: Any) -> str:

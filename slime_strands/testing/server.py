@@ -98,6 +98,8 @@ class SGLangTestServer:
         self.routed_experts_shape = routed_experts_shape
         self.requests: list[RecordedRequest] = []
         self.aborted_rids: list[str] = []
+        self.answers: dict[str, tuple[list[int], list[float]]] = {}
+        """``rid`` -> (output_ids, logprobs) of every answer that carried tokens."""
         self._lock = threading.Lock()
         self._turns: dict[str | None, collections.deque[Turn | Fault]] = collections.defaultdict(
             collections.deque
@@ -248,6 +250,8 @@ class SGLangTestServer:
             previous = self._last_sequence.get(key, [])
             cached = _common_prefix(previous, input_ids)
             self._last_sequence[key] = input_ids + ids
+            if ids:
+                self.answers[rid] = (list(ids), list(logprobs))
         meta: dict[str, Any] = {
             "id": rid,
             "finish_reason": finish,

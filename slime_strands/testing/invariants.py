@@ -1,0 +1,121 @@
+"""Trajectory invariants (docs: architecture.md), checked on every trajectory a test produces.
+
+``assert_trajectory_invariants(token_manager, server, tokenizer)`` raises AssertionError naming the first
+broken invariant. Usable by users on their own rollouts against :class:`SGLangTestServer`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from ..token_manager import TokenManager
+from .server import RecordedRequest, SGLangTestServer
+
+__all__ = ["assert_sample_invariants", "assert_trajectory_invariants"]
+
+
+def assert_trajectory_invariants(
+    tm: TokenManager,
+    server: SGLangTestServer | None = None,
+    *,
+    routing_key: str | None = None,
+    requests: Sequence[RecordedRequest] | None = None,
+) -> None:
+    """Check invariants 1-3 and 6 of a TokenManager against what the server saw and answered.
+
+    1. ``token_ids`` is the concatenation of the segments; ``segments[0]`` is the prompt.
+    2. ``loss_mask`` is 1 exactly on generated segments; logprobs are 0.0 elsewhere; lengths agree.
+    3. Every /generate request's ``input_ids`` equals the trajectory up to that turn, and each generated
+       segment is byte-for-byte the ``output_ids`` (and logprobs) the server answered.
+    6. The trajectory ends on a generated segment (or is just the prompt): no half-appended turn.
+    """
+    ids, mask, logprobs, segments = tm.token_ids, tm.loss_mask, tm.logprobs, tm.segments
+    assert len(ids) == len(mask) == len(logprobs), "token_ids / loss_mask / logprobs lengths differ"
+    if not segments:
+        assert not ids, "tokens without segments"
+        return
+    assert segments[0].kind == "prompt" and segments[0].start == 0, "segments[0] must be the prompt"
+    assert all(s.kind != "prompt" for s in segments[1:]), "only segments[0] may be a prompt"
+    position = 0
+    for segment in segments:
+        assert segment.start == position, f"segment at {segment.start} does not follow position {position}"
+        assert ids[segment.start : segment.end] == list(segment.token_ids), "token_ids != concat(segments)"
+        expected_mask = 1 if segment.kind == "generated" else 0
+        assert all(m == expected_mask for m in mask[segment.start : segment.end]), (
+            f"loss_mask wrong in {segment.kind}"
+        )
+        if segment.kind != "generated":
+            assert all(lp == 0.0 for lp in logprobs[segment.start : segment.end]), "logprob != 0.0 off-policy"
+        position = segment.end
+    assert position == len(ids), "segments do not cover the trajectory"
+    assert segments[-1].kind in ("generated", "prompt"), "trajectory ends on non-generated tokens (half turn)"
+    for a, b in itertools.pairwise(segments):
+        assert not (a.kind == "observation" and b.kind == "observation"), "two observations in a row"
+
+    if server is None and requests is None:
+        return
+    if requests is None:
+        assert server is not None
+        requests = [
+            r
+            for r in server.generate_requests
+            if routing_key is None or r.headers.get("x-smg-routing-key") == routing_key
+        ]
+    generated = [s for s in segments if s.kind == "generated"]
+    # Requests answered with tokens map one-to-one onto generated segments, in order.
+    answered = [r for r in requests if r.body and _answered(r, server)]
+    assert len(answered) >= len(generated), (
+        f"{len(generated)} generated segments but {len(answered)} answered requests"
+    )
+    for segment, request in zip(generated, answered, strict=False):
+        sent = request.body["input_ids"]
+        assert sent == ids[: segment.start], (
+            f"request input_ids ({len(sent)} tokens) != trajectory before the turn ({segment.start} tokens)"
+        )
+        assert request.body["logprob_start_len"] == len(sent) - 1, (
+            "logprob_start_len must be len(input_ids) - 1"
+        )
+        answer = _answer_for(server, request)
+        if answer is not None:
+            out_ids, out_lps = answer
+            assert list(segment.token_ids) == out_ids, "generated segment != server output_ids"
+            assert logprobs[segment.start : segment.end] == out_lps, (
+                "logprobs != server output_token_logprobs"
+            )
+
+
+def assert_sample_invariants(sample: Any, tm: TokenManager | None = None) -> None:
+    """Invariant 5 (slime's view): lengths, response slice, and agreement with the TokenManager if given."""
+    n = sample.response_length
+    assert len(sample.tokens) >= n, "response_length exceeds tokens"
+    assert len(sample.loss_mask) == n, f"len(loss_mask)={len(sample.loss_mask)} != response_length={n}"
+    assert len(sample.rollout_log_probs) == n, (
+        f"len(rollout_log_probs)={len(sample.rollout_log_probs)} != {n}"
+    )
+    assert all(m in (0, 1) for m in sample.loss_mask), "loss_mask values must be 0/1"
+    for m, lp in zip(sample.loss_mask, sample.rollout_log_probs, strict=True):
+        assert m == 1 or lp == 0.0, "masked positions must carry logprob 0.0"
+    if tm is not None and len(tm):
+        prompt_len = tm.prompt_length
+        assert sample.tokens == tm.token_ids, "sample.tokens != trajectory"
+        assert len(sample.tokens) == prompt_len + n, "len(tokens) != prompt_len + response_length"
+        assert sample.loss_mask == tm.loss_mask[prompt_len:], "loss_mask != trajectory mask after the prompt"
+        assert sample.rollout_log_probs == tm.logprobs[prompt_len:], (
+            "rollout_log_probs != trajectory logprobs"
+        )
+
+
+def _answered(request: RecordedRequest, server: SGLangTestServer | None) -> bool:
+    if server is None:
+        return True
+    return request.body.get("rid") in server.answers
+
+
+def _answer_for(
+    server: SGLangTestServer | None, request: RecordedRequest
+) -> tuple[list[int], list[float]] | None:
+    if server is None:
+        return None
+    return server.answers.get(request.body.get("rid"))
