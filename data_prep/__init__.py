@@ -1,0 +1,1 @@
+"""Dataset preparation for slime-strands: ``python -m data_prep.prepare --help``."""
