@@ -13,7 +13,7 @@ from typing import Any
 from ..token_manager import TokenManager
 from .server import RecordedRequest, SGLangTestServer
 
-__all__ = ["assert_sample_invariants", "assert_trajectory_invariants"]
+__all__ = ["assert_sample_invariants", "assert_sample_matches_server", "assert_trajectory_invariants"]
 
 
 def assert_trajectory_invariants(
@@ -119,3 +119,40 @@ def _answer_for(
     if server is None:
         return None
     return server.answers.get(request.body.get("rid"))
+
+
+def assert_sample_matches_server(
+    sample: Any, server: SGLangTestServer, *, routing_key: str | None = None
+) -> None:
+    """Invariants 1-3 and 5-6 from slime's side: rebuild the expected mask and logprobs from what the server
+    saw and answered, and compare with the Sample (for rollouts whose TokenManager is not at hand)."""
+    assert_sample_invariants(sample)
+    tokens = list(sample.tokens)
+    prompt_len = len(tokens) - sample.response_length
+    expected_mask = [0] * len(tokens)
+    expected_lps = [0.0] * len(tokens)
+    last_end = prompt_len
+    requests = [
+        r
+        for r in server.generate_requests
+        if routing_key is None or r.headers.get("x-smg-routing-key") == routing_key
+    ]
+    for request in requests:
+        answer = server.answers.get(request.body.get("rid"))
+        if answer is None:
+            continue
+        sent = request.body["input_ids"]
+        out_ids, out_lps = answer
+        start = len(sent)
+        assert start >= last_end, "a request did not extend the trajectory"
+        assert tokens[:start] == sent, f"request input_ids ({start} tokens) are not the trajectory so far"
+        assert tokens[start : start + len(out_ids)] == out_ids, "server output_ids are not in the trajectory"
+        expected_mask[start : start + len(out_ids)] = [1] * len(out_ids)
+        expected_lps[start : start + len(out_ids)] = out_lps
+        last_end = start + len(out_ids)
+    assert sample.loss_mask == expected_mask[prompt_len:], (
+        "loss_mask is not 1 exactly on server-generated tokens"
+    )
+    assert sample.rollout_log_probs == expected_lps[prompt_len:], "rollout_log_probs != server logprobs"
+    if sample.response_length and not getattr(sample, "remove_sample", False):
+        assert last_end == len(tokens), "the trajectory does not end on a model output"

@@ -1,0 +1,309 @@
+"""slime's entry point end to end: generate() against the local SGLang-protocol server, real tokenizer,
+real Strands agent; every produced Sample is checked against the server's records."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import sys
+import types
+import uuid
+
+import pytest
+from conftest import qwen3_tokenizer_path
+from rollout_tools import ABORT_FLAG, CALLS
+from slime_strands.testing.slime_types import load_sample_class
+
+from slime_strands import rollout
+from slime_strands.testing import Fault, SGLangTestServer, Turn
+from slime_strands.testing.invariants import assert_sample_matches_server
+
+pytestmark = pytest.mark.timeout(90)
+
+Sample = load_sample_class()
+CALL_ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+SLIME_PARAMS = {  # what slime's GenerateState builds (rollout_stop None, top_p 1)
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "max_new_tokens": 2048,
+    "stop": None,
+    "stop_token_ids": None,
+    "skip_special_tokens": False,
+    "no_stop_trim": True,
+    "spaces_between_special_tokens": False,
+}
+
+
+@pytest.fixture
+def server(tokenizer):
+    with SGLangTestServer(tokenizer, context_length=8192) as srv:
+        yield srv
+
+
+def make_args(server: SGLangTestServer, **overrides):
+    strands = {
+        "tools": ["rollout_tools.add", "rollout_tools.huge_output"],
+        "retry_delay_s": 0.01,
+        "max_retries": 3,
+    }
+    strands.update(overrides.pop("strands", {}))
+    host, port = server.base_url.removeprefix("http://").split(":")
+    values = dict(
+        sglang_router_ip=host,
+        sglang_router_port=int(port),
+        hf_checkpoint=qwen3_tokenizer_path(),
+        rollout_max_response_len=2048,
+        eval_max_response_len=1024,
+        rollout_max_context_len=None,
+        partial_rollout=False,
+        use_rollout_routing_replay=False,
+        strands=strands,
+    )
+    values.update(overrides)
+    return types.SimpleNamespace(**values)
+
+
+def new_sample(prompt="What is 2+3?", **kw):
+    return Sample(prompt=prompt, label="5", session_id=kw.pop("session_id", str(uuid.uuid4())), **kw)
+
+
+async def run(server, args, sample, *turns, params=None, evaluation=False):
+    server.script(*turns, key=sample.session_id)
+    out = await rollout.generate(args, sample, dict(params or SLIME_PARAMS), evaluation=evaluation)
+    assert out is sample
+    assert_sample_matches_server(out, server, routing_key=sample.session_id)
+    return out
+
+
+def strands_meta(sample):
+    return sample.metadata["strands"]
+
+
+def test_signature_matches_slime_contract():
+    names = list(inspect.signature(rollout.generate).parameters)
+    assert names[:3] == ["args", "sample", "sampling_params"]
+    assert "evaluation" in names
+    assert inspect.iscoroutinefunction(rollout.generate)
+
+
+async def test_solve_with_tool_call(server, tokenizer):
+    CALLS["add"] = 0
+    sample = new_sample()
+    out = await run(server, make_args(server), sample, CALL_ADD, "The sum is 5.\nAnswer: \\boxed{5}")
+    assert out.status == Sample.Status.COMPLETED
+    assert CALLS["add"] == 1
+    assert out.reward is None  # slime scores it
+    assert out.tool_iters == 1 and out.tool_calls == 1
+    meta = strands_meta(out)
+    assert meta["termination"] == "end_turn" and meta["turns"] == 2 and meta["evaluation"] is False
+    assert meta["parse_errors"] == {} and meta["tool_errors"] == 0
+    assert meta["cached_tokens"] > 0 and meta["prompt_tokens"] > meta["cached_tokens"]
+    assert "<tool_response>\n5\n</tool_response>" in out.response
+    assert out.response.endswith("Answer: \\boxed{5}<|im_end|>")
+    assert out.response == tokenizer.decode(out.tokens[-out.response_length :], skip_special_tokens=False)
+    assert out.weight_versions == ["0", "0"]
+    # Every turn is routed with the sample's session id; the default system prompt asks for \boxed{}.
+    requests = [
+        r for r in server.generate_requests if r.headers.get("x-smg-routing-key") == sample.session_id
+    ]
+    assert len(requests) == 2
+    prompt_text = tokenizer.decode(out.tokens[: len(out.tokens) - out.response_length])
+    assert "\\boxed{" in prompt_text and "execute_python_code" in prompt_text
+
+
+async def test_sampling_params_translated_not_mutated(server):
+    params = {**SLIME_PARAMS, "custom_params": {"return_top_p_token_ids": True}, "top_p": 0.9}
+    frozen = copy.deepcopy(params)
+    sample = new_sample()
+    await run(server, make_args(server), sample, "Answer: 5", params=params)
+    assert params == frozen
+    sent = server.generate_requests[-1].body["sampling_params"]
+    assert "custom_params" not in sent and "stop" not in sent and sent["top_p"] == 0.9
+    assert sent["max_new_tokens"] <= 2048 and 151645 in sent["stop_token_ids"]
+
+
+async def test_tool_limit_truncates_cleanly(server):
+    sample = new_sample()
+    args = make_args(server, strands={"max_tool_iters": 2})
+    out = await run(server, args, sample, CALL_ADD, CALL_ADD, CALL_ADD)
+    assert out.status == Sample.Status.TRUNCATED
+    assert strands_meta(out)["termination"] == "tool_limit"
+    assert out.tool_iters == 2
+    assert out.response.endswith("</tool_call><|im_end|>")  # ends on the model's (unexecuted) third call
+    assert out.response.count("<tool_response>") == 2
+
+
+async def test_response_budget_is_whole_trajectory(server):
+    sample = new_sample()
+    args = make_args(server, rollout_max_response_len=80)
+    long_answer = "word " * 200
+    params = {**SLIME_PARAMS, "max_new_tokens": 80}
+    out = await run(server, args, sample, CALL_ADD, long_answer, params=params)
+    assert out.status == Sample.Status.TRUNCATED
+    assert out.response_length == 80  # generated + tool tokens together fill the budget exactly
+    second = server.generate_requests[-1].body
+    first_out = len(server.answers[server.generate_requests[-2].body["rid"]][0])
+    observation = len(second["input_ids"]) - len(server.generate_requests[-2].body["input_ids"]) - first_out
+    assert second["sampling_params"]["max_new_tokens"] == 80 - first_out - observation
+
+
+async def test_context_window_exhausted(server):
+    probe = await run(server, make_args(server), new_sample(), "Answer: 5")
+    prompt_len = len(probe.tokens) - probe.response_length
+    args = make_args(server, rollout_max_context_len=prompt_len + 40)
+    out = await run(server, args, new_sample(), CALL_ADD, "word " * 100)
+    assert out.status == Sample.Status.TRUNCATED
+    assert strands_meta(out)["termination"] == "max_tokens"  # the second turn is clamped to the room left
+    assert len(out.tokens) == prompt_len + 40
+    # A context too small for the tool result: the episode ends on the first answer, context_full.
+    args = make_args(server, rollout_max_context_len=prompt_len + 30)
+    out = await run(server, args, new_sample(), CALL_ADD, "never")
+    assert out.status == Sample.Status.TRUNCATED
+    assert strands_meta(out)["termination"] == "context_full"
+    assert out.response.endswith("</tool_call><|im_end|>")
+
+
+async def test_huge_tool_output_truncated_by_tokens(server, tokenizer):
+    sample = new_sample()
+    args = make_args(server, strands={"max_tool_output_tokens": 200})
+    call = '<tool_call>\n{"name": "huge_output", "arguments": {"n": 5000}}\n</tool_call>'
+    out = await run(server, args, sample, call, "Answer: 5")
+    assert out.status == Sample.Status.COMPLETED
+    assert strands_meta(out)["tool_outputs_truncated"] == 1
+    assert "tool output truncated" in out.response
+    assert "line 0:" in out.response and "line 4999:" in out.response  # head and tail kept
+    assert out.response_length < 400
+
+
+async def test_server_abort_marks_aborted_without_reward(server):
+    sample = new_sample()
+    out = await run(server, make_args(server), sample, CALL_ADD, Turn("partial answer", finish="abort"))
+    assert out.status == Sample.Status.ABORTED
+    assert out.reward is None
+    assert strands_meta(out)["termination"] == "abort"
+
+
+async def test_slime_abort_flag_stops_between_turns(server, monkeypatch, tokenizer):
+    state = types.SimpleNamespace(aborted=False, tokenizer=tokenizer)
+    fake = types.ModuleType("slime.rollout.sglang_rollout")
+    fake.GenerateState = lambda args: state  # test double of slime's singleton (tokenizer + abort flag)
+    for name in ("slime", "slime.rollout"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "slime.rollout.sglang_rollout", fake)
+    ABORT_FLAG["state"] = state
+    args = make_args(server, strands={"tools": ["rollout_tools.abort_now"]})
+    call = '<tool_call>\n{"name": "abort_now", "arguments": {"reason": "x"}}\n</tool_call>'
+    sample = new_sample()
+    out = await run(server, args, sample, call, "never generated")
+    assert out.status == Sample.Status.ABORTED and out.reward is None
+    assert (
+        len([r for r in server.generate_requests if r.headers.get("x-smg-routing-key") == sample.session_id])
+        == 1
+    )
+    # Already aborted before starting: no request at all.
+    late = new_sample()
+    out = await rollout.generate(args, late, dict(SLIME_PARAMS))
+    assert out.status == Sample.Status.ABORTED
+    assert not [r for r in server.generate_requests if r.headers.get("x-smg-routing-key") == late.session_id]
+
+
+async def test_partial_rollout_regenerates_from_prompt(server):
+    sample = new_sample()
+    args = make_args(server, partial_rollout=True)
+    out = await run(server, args, sample, Turn("half", finish="abort"))
+    assert out.status == Sample.Status.ABORTED
+    stale = list(out.tokens)
+    server.requests.clear()
+    out = await run(server, args, sample, "Answer: 5")
+    assert out.status == Sample.Status.COMPLETED
+    assert strands_meta(out)["regenerations"] == 1
+    assert out.tokens[-out.response_length :] != stale[-out.response_length :]
+    assert out.loss_mask.count(1) == out.response_length  # no stale tokens left
+
+
+async def test_server_down_gives_failed_sample_slime_can_train_around(tokenizer):
+    args = types.SimpleNamespace(
+        sglang_router_ip="127.0.0.1",
+        sglang_router_port=9,  # discard port: nothing listens
+        hf_checkpoint=qwen3_tokenizer_path(),
+        rollout_max_response_len=128,
+        strands={"tools": ["rollout_tools.add"], "retry_delay_s": 0.01, "max_retries": 2},
+    )
+    sample = new_sample()
+    out = await rollout.generate(args, sample, dict(SLIME_PARAMS))
+    assert out.status == Sample.Status.FAILED
+    assert out.remove_sample is True and out.reward == 0.0
+    assert out.response_length == 1 and out.loss_mask == [0] and out.rollout_log_probs == [0.0]
+    assert len(out.tokens) > 1
+    assert "SGLangConnectionError" in strands_meta(out)["error"]
+
+
+async def test_503_burst_then_recovery(server):
+    sample = new_sample()
+    out = await run(
+        server, make_args(server), sample, Fault(503), Fault(503), Fault(drop_connection=True), "Answer: 5"
+    )
+    assert out.status == Sample.Status.COMPLETED
+
+
+async def test_malformed_calls_reach_model_and_are_counted(server):
+    sample = new_sample()
+    bad_json = '<tool_call>\n{"name": "add", "arguments": {"a": 2}\n</tool_call>'
+    unknown = '<tool_call>\n{"name": "mul", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    out = await run(server, make_args(server), sample, bad_json, unknown, "Answer: 5")
+    assert out.status == Sample.Status.COMPLETED
+    meta = strands_meta(out)
+    assert meta["parse_errors"] == {"bad_json": 1, "unknown_tool": 1}
+    assert meta["tool_errors"] == 0
+    assert "invalid tool call (bad_json)" in out.response and "unknown tool 'mul'" in out.response
+
+
+async def test_system_message_in_data_wins(server, tokenizer):
+    sample = new_sample(
+        prompt=[{"role": "system", "content": "Be terse."}, {"role": "user", "content": "2+3?"}]
+    )
+    out = await run(server, make_args(server), sample, "5")
+    prompt_text = tokenizer.decode(out.tokens[: len(out.tokens) - out.response_length])
+    assert prompt_text.startswith("<|im_start|>system\nBe terse.")
+    assert "boxed" not in prompt_text
+
+
+async def test_eval_mode_shares_one_params_dict(server):
+    shared = dict(SLIME_PARAMS, max_new_tokens=1024)
+    frozen = copy.deepcopy(shared)
+    samples = [new_sample() for _ in range(4)]
+    for s in samples:
+        server.script("Answer: 5", key=s.session_id)
+    args = make_args(server)
+    outs = await asyncio.gather(*(rollout.generate(args, s, shared, evaluation=True) for s in samples))
+    assert shared == frozen
+    for out in outs:
+        assert out.status == Sample.Status.COMPLETED
+        assert strands_meta(out)["evaluation"] is True
+        assert_sample_matches_server(out, server, routing_key=out.session_id)
+
+
+async def test_64_samples_concurrently(server):
+    samples = [new_sample() for _ in range(64)]
+    for i, s in enumerate(samples):
+        server.script(
+            f'<tool_call>\n{{"name": "add", "arguments": {{"a": {i}, "b": 1}}}}\n</tool_call>',
+            f"Answer: \\boxed{{{i + 1}}}",
+            key=s.session_id,
+        )
+    args = make_args(server)
+    outs = await asyncio.gather(*(rollout.generate(args, s, dict(SLIME_PARAMS)) for s in samples))
+    for i, out in enumerate(outs):
+        assert out.status == Sample.Status.COMPLETED, strands_meta(out)
+        assert f"<tool_response>\n{i + 1}\n</tool_response>" in out.response
+        assert_sample_matches_server(out, server, routing_key=out.session_id)
+
+
+async def test_routing_replay_rows_match_tokens(server):
+    sample = new_sample()
+    args = make_args(server, use_rollout_routing_replay=True, num_layers=2, moe_router_topk=2)
+    out = await run(server, args, sample, CALL_ADD, "Answer: 5")
+    assert all(r.body.get("return_routed_experts") for r in server.generate_requests)
+    assert out.rollout_routed_experts.shape == (len(out.tokens) - 1, 2, 2)

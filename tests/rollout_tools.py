@@ -1,0 +1,33 @@
+"""Simple Strands tools the rollout tests configure by dotted path (``rollout_tools.add``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from strands import tool
+
+ABORT_FLAG: dict[str, object] = {"state": None}
+CALLS: dict[str, int] = {"add": 0}
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    CALLS["add"] += 1
+    return a + b
+
+
+@tool
+def huge_output(n: int) -> str:
+    """Return n lines of output."""
+    return "\n".join(f"line {i}: " + "x" * 40 for i in range(n))
+
+
+@tool
+async def abort_now(reason: str) -> str:
+    """Sets slime's abort flag (stands for slime aborting the rollout while a tool runs)."""
+    state = ABORT_FLAG["state"]
+    assert state is not None
+    state.aborted = True
+    await asyncio.sleep(0)
+    return "ok"
