@@ -214,6 +214,8 @@ class ChatRenderer:
         call = {"type": "function", "function": {"name": "probe_tool", "arguments": {"x": 1}}}
         conversation: list[dict[str, Any]] = [
             {"role": "system", "content": "You are a probe."},
+            {"role": "user", "content": "Warm-up probe question?"},  # shifts every later block's position
+            {"role": "assistant", "content": "Warm-up probe answer A0."},
             {"role": "user", "content": "First probe question?"},
             {"role": "assistant", "content": "Calling probe A1.", "tool_calls": [call, call]},
             {"role": "tool", "content": "probe result one"},
