@@ -238,20 +238,33 @@ ss_check_slime() {
         ss_fail "slime is not importable with ${PYTHON} (PYTHONPATH=$(ss_python_path)): cd ${SLIME_DIR} && pip install -e . --no-deps"
 }
 
+# One interpreter start: the plugin's entry-point modules import, and the settings file validates.
 ss_check_plugin() {
-    PYTHONPATH="${SS_REPO_DIR}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" -c \
-        "import slime_strands.rollout, slime_strands.reward, slime_strands.metrics" >/dev/null 2>&1 ||
-        ss_fail "slime_strands is not importable with ${PYTHON}: pip install -e '${SS_REPO_DIR}[data,wandb]'"
-    [ -f "${PLUGIN_CONFIG}" ] || {
+    if [ ! -f "${PLUGIN_CONFIG}" ]; then
         ss_fail "PLUGIN_CONFIG=${PLUGIN_CONFIG} does not exist"
         return
-    }
-    local err
-    if ! err="$(PYTHONPATH="${SS_REPO_DIR}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" -c \
-        'import sys; from slime_strands.settings import PluginSettings; PluginSettings.from_yaml(sys.argv[1])' \
-        "${PLUGIN_CONFIG}" 2>&1)"; then
-        ss_fail "plugin settings ${PLUGIN_CONFIG} are invalid: ${err##*$'\n'}"
     fi
+    local out line
+    out="$(PYTHONPATH="${SS_REPO_DIR}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" - "${PLUGIN_CONFIG}" 2>&1 <<'PY'
+import importlib, sys
+try:
+    from slime_strands.settings import PluginSettings
+    PluginSettings.from_yaml(sys.argv[1])
+except Exception as exc:
+    print("settings: %s: %s" % (type(exc).__name__, str(exc).replace("\n", " ")))
+try:
+    for name in ("slime_strands.rollout", "slime_strands.reward", "slime_strands.metrics"):
+        importlib.import_module(name)
+except Exception as exc:
+    print("import: %s: %s" % (type(exc).__name__, str(exc).replace("\n", " ")))
+PY
+)" || out="import: ${PYTHON} failed to run"
+    while IFS= read -r line; do
+        case "${line}" in
+            import:*) ss_fail "slime_strands is not importable with ${PYTHON} (${line#import: }): pip install -e '${SS_REPO_DIR}[data,wandb]'" ;;
+            settings:*) ss_fail "plugin settings ${PLUGIN_CONFIG} are invalid: ${line#settings: }" ;;
+        esac
+    done <<<"${out}"
 }
 
 ss_check_gpus() {
@@ -508,6 +521,8 @@ ss_train_main() {
     ss_is_dry_run && ss_log "DRY_RUN=1: printing the commands, running nothing"
     ss_log "model ${HF_REPO} on ${NUM_NODES} node(s) x ${NUM_GPUS} GPU(s); checkpoint ${HF_CHECKPOINT}; run dir ${SAVE_DIR}"
 
+    ss_load_model_args
+    ss_log "model args from ${SS_MODEL_ARGS_FILE}"
     ss_auto_prepare
 
     SS_PREFLIGHT_ERRORS=()
@@ -524,9 +539,6 @@ ss_train_main() {
         ss_fail "NUM_NODES=${NUM_NODES} needs MASTER_ADDR set to this node's IP address reachable from the workers"
     fi
     ss_preflight_finish training
-
-    ss_load_model_args
-    ss_log "model args from ${SS_MODEL_ARGS_FILE}"
     [ -n "${WANDB_KEY}" ] || ss_log "no WANDB_KEY: wandb logs offline into ${WANDB_DIR} (upload later: wandb sync ${WANDB_DIR}/wandb/offline-run-*)"
 
     local run_config_dir="${SAVE_DIR}/run_config"
