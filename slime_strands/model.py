@@ -105,6 +105,8 @@ class ModelStats:
     tool_calls_parsed: int = 0
     parse_errors: Counter[str] = field(default_factory=Counter)
     tool_outputs_truncated: int = 0
+    overhead_s: float = 0.0
+    """Client-side time of the turns (rendering, tokenizing, decoding, parsing), request time excluded."""
     last_finish_reason: str | None = None
 
 
@@ -210,6 +212,7 @@ class SGLangModel(Model):
     ) -> AsyncGenerator[StreamEvent, None]:
         if system_prompt is None and kwargs.get("system_prompt_content"):
             system_prompt = "".join(b.get("text", "") for b in kwargs["system_prompt_content"]) or None
+        entered = time.perf_counter()
         self._hook_agent((invocation_state or {}).get("agent"))
         tools = to_template_tools(tool_specs)
         tool_names = {spec["name"] for spec in tool_specs or []}
@@ -250,7 +253,9 @@ class SGLangModel(Model):
         self._messages_seen = len(messages) + 1  # + the assistant message the agent appends for this answer
 
         parsed = await _offload(self._parse_output, result.output_ids, prompt_text)
-        for event in self._events(parsed, result, tool_names, len(input_ids), elapsed):
+        events = self._events(parsed, result, tool_names, len(input_ids), elapsed)
+        self.stats.overhead_s += time.perf_counter() - entered - elapsed
+        for event in events:
             yield event
 
     # -- rendering --------------------------------------------------------------------------------

@@ -174,6 +174,7 @@ async def _run_episode(
         parse_errors=dict(model.parse_errors),
         tool_time_s=tool_stats.seconds,
         generation_time_s=model.stats.generation_time_s,
+        client_overhead_s=model.stats.overhead_s,
         prompt_tokens=model.stats.prompt_tokens,
         cached_tokens=model.stats.cached_tokens,
         tool_outputs_truncated=model.stats.tool_outputs_truncated,

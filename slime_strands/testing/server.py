@@ -300,6 +300,11 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_state: SGLangTestServer
 
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
 
