@@ -32,6 +32,7 @@ __all__ = ["DATASETS", "DatasetSpec", "PrepareResult", "main", "prepare", "valid
 
 VALID_ROLES = frozenset({"system", "user", "assistant", "tool"})
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
+FILE_LIKE_SUFFIXES = (".csv", ".tsv", ".txt", ".gz", ".zip", ".arrow")
 _INT_LIKE = re.compile(r"^[+-]?\d+(?:\.0*)?$")
 PROGRESS_EVERY = 5000
 
@@ -165,10 +166,11 @@ def _dedup_key(record: Mapping[str, Any]) -> str:
 
 
 def _looks_local(source: str) -> bool:
+    """A path (existing, explicit, or with a file extension); anything else is a hub dataset id."""
     return (
         os.path.exists(source)
-        or source.lower().endswith(LOCAL_SUFFIXES)
         or source.startswith((".", "/", "~"))
+        or source.lower().endswith(LOCAL_SUFFIXES + FILE_LIKE_SUFFIXES)
     )
 
 
