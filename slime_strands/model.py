@@ -24,6 +24,7 @@ from typing import Any, TypedDict, TypeVar
 from strands.hooks import BeforeToolCallEvent
 from strands.models import Model
 from strands.types.content import Messages
+from strands.types.event_loop import StopReason
 from strands.types.exceptions import ContextWindowOverflowException
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
@@ -460,6 +461,7 @@ class SGLangModel(Model):
                 {"contentBlockDelta": {"delta": {"toolUse": {"input": payload}}}},
                 {"contentBlockStop": {}},
             ]
+        stop_reason: StopReason
         if result.finish_reason == "length":
             stop_reason = "max_tokens"
         elif self._last_tool_ids:

@@ -147,7 +147,7 @@ async def _run_episode(
         tools=_load_tools(settings),
         hooks=[limiter, guard, tool_stats],
         system_prompt=system_prompt,
-        messages=history,
+        messages=history,  # type: ignore[arg-type]  # plain dicts in Strands' Message shape
         callback_handler=None,
         conversation_manager=NullConversationManager(),
     )

@@ -196,7 +196,7 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
 
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     """Check ``value`` against a field's type hint, converting lists to tuples and ints to floats."""
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value or {}, prefix=where + ".")
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
