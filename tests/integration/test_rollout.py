@@ -60,6 +60,20 @@ def make_args(server: SGLangTestServer, **overrides):
         partial_rollout=False,
         use_rollout_routing_replay=False,
         strands=strands,
+        # What real slime's GenerateState(args) reads, for runs where slime is importable.
+        sglang_server_concurrency=64,
+        rollout_num_gpus=1,
+        rollout_num_gpus_per_engine=1,
+        rollout_temperature=1.0,
+        rollout_top_p=1.0,
+        rollout_top_k=-1,
+        rollout_stop=None,
+        rollout_stop_token_ids=None,
+        rollout_skip_special_tokens=False,
+        sglang_dp_size=1,
+        n_samples_per_prompt=1,
+        sglang_enable_deterministic_inference=False,
+        ci_test=False,
     )
     values.update(overrides)
     return types.SimpleNamespace(**values)
