@@ -181,10 +181,15 @@ class ChatRenderer:
     def decode(self, token_ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=False))
 
-    @staticmethod
-    def opens_reasoning(prompt_text: str) -> bool:
-        """True when the rendered prompt leaves a ``<think>`` block open (the output starts in reasoning)."""
-        return prompt_text.rfind(_THINK_OPEN) > prompt_text.rfind(_THINK_CLOSE)
+    def opens_reasoning(self, prompt_text: str) -> bool:
+        """True when the generation prompt leaves a ``<think>`` block open (the output starts in reasoning).
+
+        Only the text after the last end-of-turn token is the generation prompt: a ``<think>`` written
+        inside a user or tool message must not count.
+        """
+        at = prompt_text.rfind(self.end_of_turn)
+        tail = prompt_text if at < 0 else prompt_text[at + len(self.end_of_turn) :]
+        return tail.rfind(_THINK_OPEN) > tail.rfind(_THINK_CLOSE)
 
     # -- probe -----------------------------------------------------------------------------------
 

@@ -157,6 +157,7 @@ class SGLangModel(Model):
         }
         self.update_config(params=dict(params if params is not None else sampling_params or {}), **config)
         self.token_manager = TokenManager()
+        self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
         self.reset()
 
     # -- Strands Model API ----------------------------------------------------------------------
@@ -194,7 +195,6 @@ class SGLangModel(Model):
         self._messages_seen = 0
         self._last_tool_ids: list[str] = []
         self._call_errors: dict[str, ToolCallError] = {}
-        self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
         self.routed_experts: list[str] = []
 
     @property
@@ -286,18 +286,20 @@ class SGLangModel(Model):
         if any(m.get("role") == "assistant" for m in new):
             raise TrajectoryError("an assistant message this model did not generate was added to the history")
         last = self.token_manager.last_segment
-        if (
-            last is None
-            or last.kind != "generated"
-            or not last.token_ids
-            or last.token_ids[-1] != self._renderer.end_of_turn_id
-        ):
+        if last is None or last.kind != "generated" or last.info is None or last.info.finish_reason != "stop":
             raise TrajectoryError(
-                "the previous turn did not end with an end-of-turn token (cut by max_tokens?)"
+                "the previous turn did not finish with a stop (cut by max_tokens?): cannot continue"
             )
+        # A turn that stopped on another stop token (e.g. <|endoftext|>) is closed the template's way: the
+        # end-of-turn token is appended as a (masked) observation, so the next turn sees a well-formed history.
+        closing = (
+            [] if last.token_ids[-1] == self._renderer.end_of_turn_id else [self._renderer.end_of_turn_id]
+        )
         template_messages = to_template_messages(new, tool_order=self._last_tool_ids)
         room = await self._room()
-        return await _offload(self._fit_continuation, template_messages, system_prompt, tools, room)
+        room = None if room is None else room - len(closing)
+        text, ids = await _offload(self._fit_continuation, template_messages, system_prompt, tools, room)
+        return text, closing + ids
 
     def _fit_continuation(
         self,

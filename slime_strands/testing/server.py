@@ -55,6 +55,8 @@ class Turn:
     delay_s: float = 0.0
     logprobs: Sequence[float] | None = None
     weight_version: str | None = None
+    stop_token_id: int | None = None
+    """Token that ends a ``stop`` finish (default: the end-of-turn token), e.g. ``<|endoftext|>``."""
 
 
 @dataclass
@@ -237,8 +239,9 @@ class SGLangTestServer:
             ids = ids[:max_new]
             finish = {"type": "length", "length": max_new}
         else:
-            ids = [*ids, self.end_of_turn_id]
-            finish = {"type": "stop", "matched": self.end_of_turn_id}
+            stop_id = self.end_of_turn_id if turn.stop_token_id is None else turn.stop_token_id
+            ids = [*ids, stop_id]
+            finish = {"type": "stop", "matched": stop_id}
         logprobs = (
             list(turn.logprobs)
             if turn.logprobs is not None

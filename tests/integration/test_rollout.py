@@ -321,3 +321,16 @@ async def test_routing_replay_rows_match_tokens(server):
     out = await run(server, args, sample, CALL_ADD, "Answer: 5")
     assert all(r.body.get("return_routed_experts") for r in server.generate_requests)
     assert out.rollout_routed_experts.shape == (len(out.tokens) - 1, 2, 2)
+
+
+async def test_turn_stopped_by_other_eos_is_closed_with_end_of_turn(server, tokenizer):
+    """Qwen3 also stops on <|endoftext|>: the next turn must still see a well-formed history."""
+    sample = new_sample()
+    endoftext = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    out = await run(server, make_args(server), sample, Turn(CALL_ADD, stop_token_id=endoftext), "Answer: 5")
+    assert out.status == Sample.Status.COMPLETED
+    assert "</tool_call><|endoftext|><|im_end|>\n<|im_start|>user\n<tool_response>\n5" in out.response
+    at = out.tokens.index(endoftext)
+    assert out.tokens[at + 1] == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert out.loss_mask[at - (len(out.tokens) - out.response_length)] == 1  # sampled
+    assert out.loss_mask[at + 1 - (len(out.tokens) - out.response_length)] == 0  # appended by us
