@@ -601,3 +601,94 @@ def test_render_eval_config(sandbox):
         2048,
     )
     assert aime["custom_rm_path"] == "slime_strands.reward.accuracy"
+
+
+# --------------------------------------------------------------------------------------------------
+# the real (non-dry) training flow against fake ray / nvidia-smi / slime
+# --------------------------------------------------------------------------------------------------
+
+# Entry-point modules another part of the plugin may not have written yet: stand-ins, used only when the
+# real module cannot be found (a meta-path finder appended after the normal ones).
+_SITECUSTOMIZE = """
+import importlib.abc, importlib.machinery, sys
+
+class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    NAMES = {"slime_strands.rollout", "slime_strands.reward", "slime_strands.metrics"}
+    def find_spec(self, name, path, target=None):
+        return importlib.machinery.ModuleSpec(name, self) if name in self.NAMES else None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        pass
+
+sys.meta_path.append(_Stubs())
+"""
+
+
+@pytest.fixture
+def fake_cluster(sandbox):
+    env, bin_dir, tmp = sandbox["env"], sandbox["bin"], sandbox["tmp"]
+    log = tmp / "ray.log"
+    _fake_tool(
+        bin_dir,
+        "nvidia-smi",
+        'if [ "$1" = -L ]; then for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: H100"; done; fi',
+    )
+    _fake_tool(
+        bin_dir,
+        "ray",
+        f'echo "$*" >> {log}\n'
+        'case "$1 $2" in "status "*) exit "${FAKE_RAY_STATUS:-1}" ;; "job submit") exit "${FAKE_JOB_RC:-0}" ;; esac',
+    )
+    slime = Path(env["SLIME_DIR"])
+    (slime / "slime" / "utils").mkdir(parents=True)
+    for name in ("slime/__init__.py", "slime/utils/__init__.py", "slime/utils/arguments.py", "train.py"):
+        (slime / name).write_text("")
+    (Path(env["MEGATRON_DIR"]) / "megatron").mkdir(parents=True)
+    stubs = tmp / "stubs"
+    stubs.mkdir()
+    (stubs / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    env["PYTHONPATH"] = str(stubs)
+    complete_inputs(sandbox)
+    return {**sandbox, "log": log}
+
+
+def _ray_calls(box) -> list[str]:
+    return box["log"].read_text().splitlines() if box["log"].exists() else []
+
+
+def test_real_run_starts_and_stops_only_its_own_ray(fake_cluster):
+    box = fake_cluster
+    result = run(MODEL_SCRIPTS["8b"], box["env"], WANDB_KEY="s3cr3t")
+    assert result.returncode == 0, result.stderr
+    calls = _ray_calls(box)
+    assert [c.split()[:2] for c in calls] == [
+        ["status", "--address"],
+        ["start", "--head"],
+        ["job", "submit"],
+        ["stop"],
+    ]
+    save_dir = Path(box["env"]["MODELS_DIR"]) / "Qwen" / "Qwen3-8B_strands_dapo"
+    rendered = yaml.safe_load((save_dir / "run_config" / "eval_aime.yaml").read_text())
+    assert rendered["eval"]["datasets"][0]["path"] == f"{box['env']['DATA_DIR']}/aime-2024.jsonl"
+    command = (save_dir / "run_config" / "command.txt").read_text()
+    assert "--wandb-key '<redacted>'" in command and "s3cr3t" not in command
+    assert (save_dir / "wandb").is_dir()
+    submit = shlex.split(next(c for c in calls if c.startswith("job submit")))
+    assert value(submit, "--eval-config") == str(save_dir / "run_config" / "eval_aime.yaml")
+    assert value(submit, "--wandb-key") == "s3cr3t"  # the real key reaches slime
+
+
+def test_real_run_reuses_a_running_cluster_and_leaves_it(fake_cluster):
+    result = run(MODEL_SCRIPTS["8b"], fake_cluster["env"], FAKE_RAY_STATUS="0")
+    assert result.returncode == 0, result.stderr
+    calls = _ray_calls(fake_cluster)
+    assert [c.split()[:2] for c in calls] == [["status", "--address"], ["job", "submit"]]
+    assert "already running" in result.stderr
+
+
+def test_real_run_reports_a_failed_job(fake_cluster):
+    result = run(MODEL_SCRIPTS["8b"], fake_cluster["env"], FAKE_JOB_RC="3")
+    assert result.returncode != 0
+    assert "failed (exit 3)" in result.stderr and "ray job logs" in result.stderr
+    assert _ray_calls(fake_cluster)[-1] == "stop"  # the head it started is stopped; the job is not re-stopped
