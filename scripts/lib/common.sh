@@ -308,6 +308,23 @@ ss_prepare_dataset() { # name out
         --dataset "$1" --out "$2"
 }
 
+# The configuration a helper script needs from the training script (whose defaults are not exported).
+ss_helper_env() {
+    local var assignments=()
+    for var in DRY_RUN FORCE SLIME_DIR MEGATRON_DIR PYTHON MODEL_NAME MODEL_ORG HF_REPO MODELS_DIR \
+        HF_CHECKPOINT TORCH_DIST_DIR SAVE_DIR MODEL_ARGS_NAME MODEL_ARGS_SOURCE MODEL_ARGS_ROTARY_BASE \
+        DATA_DIR TRAIN_DATA EVAL_DATA CONVERT_NPROC; do
+        assignments+=("${var}=${!var}")
+    done
+    printf '%s\0' "${assignments[@]}"
+}
+
+ss_run_helper() { # script
+    local vars=()
+    mapfile -d '' vars < <(ss_helper_env)
+    env "${vars[@]}" bash "${SS_SCRIPTS_DIR}/$1"
+}
+
 # Download / convert / prepare whatever the training run is missing (AUTO_PREPARE=1).
 ss_auto_prepare() {
     if [ "${AUTO_PREPARE}" != 1 ]; then
@@ -316,11 +333,11 @@ ss_auto_prepare() {
     fi
     if [ ! -f "${HF_CHECKPOINT}/config.json" ]; then
         ss_log "HF checkpoint missing: downloading ${HF_REPO} (AUTO_PREPARE=0 disables this)"
-        bash "${SS_SCRIPTS_DIR}/download_model.sh"
+        ss_run_helper download_model.sh
     fi
     if [ ! -f "${TORCH_DIST_DIR}/latest_checkpointed_iteration.txt" ]; then
         ss_log "torch_dist checkpoint missing: converting ${HF_CHECKPOINT} (AUTO_PREPARE=0 disables this)"
-        bash "${SS_SCRIPTS_DIR}/convert_hf_to_torch_dist.sh"
+        ss_run_helper convert_hf_to_torch_dist.sh
     fi
     if [ ! -s "${TRAIN_DATA}" ]; then
         ss_log "training data missing: preparing ${TRAIN_DATA}"
@@ -501,11 +518,15 @@ ss_build_train_args() { # eval_config_path
     # EXTRA_TRAIN_ARGS is split on whitespace (no quoting inside it).
     [ -n "${EXTRA_TRAIN_ARGS}" ] && read -r -a extra <<<"${EXTRA_TRAIN_ARGS}"
     TRAIN_ARGS=("${cluster[@]}" "${MODEL_ARGS[@]}" "${ckpt[@]}" "${rollout[@]}" "${eval[@]}" "${perf[@]}"
-        "${grpo[@]}" "${optimizer[@]}" "${wandb[@]}" "${sglang[@]}" "${misc[@]}" "${plugin[@]}" "${extra[@]}")
+        "${grpo[@]}" "${optimizer[@]}" "${wandb[@]}" "${sglang[@]}" "${misc[@]}" "${plugin[@]}" "${extra[@]}"
+        "${SS_CLI_ARGS[@]}")
 }
 
-# The whole training flow of scripts/strands_qwen3_*.sh.
+# The whole training flow of scripts/strands_qwen3_*.sh. Arguments are appended to train.py's
+# (after EXTRA_TRAIN_ARGS; argparse keeps the last value of a repeated flag).
+SS_CLI_ARGS=()
 ss_train_main() {
+    SS_CLI_ARGS=("$@")
     ss_defaults
     if [ -z "${MASTER_ADDR}" ]; then
         if [ "${NUM_NODES}" -gt 1 ]; then
