@@ -542,9 +542,10 @@ ss_train_main() {
     ss_is_dry_run && ss_log "DRY_RUN=1: printing the commands, running nothing"
     ss_log "model ${HF_REPO} on ${NUM_NODES} node(s) x ${NUM_GPUS} GPU(s); checkpoint ${HF_CHECKPOINT}; run dir ${SAVE_DIR}"
 
+    ss_auto_prepare
+    # After preparing: the rotary base is read from the (possibly just downloaded) config.json.
     ss_load_model_args
     ss_log "model args from ${SS_MODEL_ARGS_FILE}"
-    ss_auto_prepare
 
     SS_PREFLIGHT_ERRORS=()
     ss_check_python
