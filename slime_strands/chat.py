@@ -242,8 +242,15 @@ class ChatRenderer:
                     f"{prompt[-60:]!r} vs {rendered[len(prompt) - 60 : len(prompt) + 20]!r}"
                 )
             generated = rendered[len(prompt) : len(self._before_separator(rendered, marker))]
+            if tokens != self.encode(text):
+                raise TemplateError(
+                    "tokenizing the template's pieces separately differs from tokenizing them together"
+                )
+            # The model samples its own tokens after the generation prompt: that boundary need not match the
+            # template's tokenization (Qwen3-thinking's "<think>\n" + "\n</think>" vs "\n\n"); only pieces
+            # appended after an end-of-turn token must tokenize the same apart and together.
             text += generated
-            tokens += self.encode(generated)
+            tokens = self.encode(text)
             if n + 1 == len(assistant_at):
                 break
             block_end = assistant_at[n + 1]
