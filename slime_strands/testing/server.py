@@ -119,7 +119,10 @@ class SGLangTestServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="sglang-test-server", daemon=True
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.02},  # stop() waits one poll: keep it short
+            name="sglang-test-server",
+            daemon=True,
         )
         self._thread.start()
         return self
