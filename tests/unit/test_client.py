@@ -1,0 +1,325 @@
+"""SGLangClient against the SGLang-protocol test server: real HTTP on 127.0.0.1, no mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from slime_strands import (
+    SGLangClient,
+    SGLangConnectionError,
+    SGLangContextLengthError,
+    SGLangHTTPError,
+    SGLangProtocolError,
+)
+from slime_strands.testing import Fault, SGLangTestServer, Turn
+
+pytestmark = pytest.mark.timeout(60)
+
+PARAMS = {"max_new_tokens": 64}
+
+
+@pytest.fixture
+def server(tokenizer):
+    with SGLangTestServer(tokenizer, context_length=4096) as srv:
+        yield srv
+
+
+def client_for(server: SGLangTestServer, **kwargs) -> SGLangClient:
+    kwargs.setdefault("retry_delay", 0.01)
+    kwargs.setdefault("max_retries", 5)
+    return SGLangClient(server.base_url, **kwargs)
+
+
+def ids(tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+async def test_generate_returns_output_ids_with_logprobs(server, tokenizer):
+    server.script("Hello there.")
+    client = client_for(server)
+    prompt = ids(tokenizer, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    result = await client.generate(prompt, PARAMS)
+    expected = [*ids(tokenizer, "Hello there."), tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    assert result.output_ids == expected, "the end-of-turn token is part of the output"
+    assert len(result.logprobs) == len(expected) and all(lp < 0 for lp in result.logprobs)
+    assert result.finish_reason == "stop"
+    assert result.prompt_tokens == len(prompt)
+    assert result.weight_version == "0"
+    assert server.answers[result.rid] == (result.output_ids, result.logprobs)
+    await client.aclose()
+
+
+async def test_request_body_token_in_logprobs_and_rid(server, tokenizer):
+    server.script("ok")
+    client = client_for(server)
+    prompt = ids(tokenizer, "some prompt tokens here")
+    await client.generate(prompt, {"max_new_tokens": 8, "temperature": 0.5}, rid="my-rid")
+    body = server.generate_requests[0].body
+    assert body["input_ids"] == prompt and "text" not in body
+    assert body["return_logprob"] is True
+    assert body["logprob_start_len"] == len(prompt) - 1
+    assert body["rid"] == "my-rid"
+    assert body["sampling_params"] == {"max_new_tokens": 8, "temperature": 0.5}
+    assert body["stream"] is False
+
+
+async def test_rid_generated_when_not_given(server, tokenizer):
+    server.script("a", "b")
+    client = client_for(server)
+    await client.generate(ids(tokenizer, "x"), PARAMS)
+    await client.generate(ids(tokenizer, "x"), PARAMS)
+    rids = [r.body["rid"] for r in server.generate_requests]
+    assert all(rids) and rids[0] != rids[1]
+
+
+async def test_routing_key_header(server, tokenizer):
+    server.script("one", "two")
+    client = client_for(server)
+    await client.generate(ids(tokenizer, "x"), PARAMS, routing_key="session-42")
+    await client.generate(ids(tokenizer, "x"), PARAMS)
+    first, second = server.generate_requests
+    assert first.headers["x-smg-routing-key"] == "session-42"
+    assert "x-smg-routing-key" not in second.headers
+
+
+async def test_503_burst_is_retried_then_recovers(server, tokenizer):
+    server.script(Fault(status=503), Fault(status=503), Fault(status=503), "recovered")
+    client = client_for(server)
+    result = await client.generate(ids(tokenizer, "x"), PARAMS, rid="r")
+    assert result.output_ids[:-1] == ids(tokenizer, "recovered")
+    requests = server.generate_requests
+    assert len(requests) == 4
+    rids = [r.body["rid"] for r in requests]
+    assert rids[0] == "r" and len(set(rids)) == 4, "a retry carries a fresh rid (SGLang rejects duplicates)"
+    assert all(r.body["input_ids"] == requests[0].body["input_ids"] for r in requests)
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 504])
+async def test_transient_statuses_are_retried(server, tokenizer, status):
+    server.script(Fault(status=status), "ok")
+    result = await client_for(server).generate(ids(tokenizer, "x"), PARAMS)
+    assert result.finish_reason == "stop"
+    assert len(server.generate_requests) == 2
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+async def test_4xx_is_never_retried(server, tokenizer, status):
+    server.script(Fault(status=status, body={"error": {"message": f"nope {status}"}}), "never sent")
+    with pytest.raises(SGLangHTTPError) as info:
+        await client_for(server).generate(ids(tokenizer, "x"), PARAMS)
+    assert not isinstance(info.value, SGLangContextLengthError)
+    assert info.value.status_code == status
+    assert info.value.message == f"nope {status}"
+    assert len(server.generate_requests) == 1
+    assert server.pending() == 1
+
+
+async def test_400_context_length_is_typed(tokenizer):
+    with SGLangTestServer(tokenizer, context_length=16) as server:
+        server.script("never")
+        with pytest.raises(SGLangContextLengthError) as info:
+            await client_for(server).generate(list(range(100, 130)), PARAMS)
+        assert info.value.status_code == 400
+        assert "longer than the model's context length" in info.value.message
+        assert len(server.generate_requests) == 1
+
+
+async def test_400_prompt_plus_max_new_tokens_over_context_is_typed(tokenizer):
+    with SGLangTestServer(tokenizer, context_length=100) as server:
+        client = client_for(server)
+        with pytest.raises(SGLangContextLengthError, match="exceeds the model's maximum context length"):
+            await client.generate(list(range(100, 150)), {"max_new_tokens": 60})
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"error": "unknown field(s) in sampling_params: ['foo']"},
+            "unknown field(s) in sampling_params: ['foo']",
+        ),
+        ({"error": {"message": "bad temperature"}}, "bad temperature"),
+        ({"object": "error", "message": "Duplicate request ID r", "code": 400}, "Duplicate request ID r"),
+        ({"detail": "Not allowed"}, "Not allowed"),
+    ],
+)
+async def test_other_400_carries_the_server_message(server, tokenizer, body, message):
+    server.script(Fault(status=400, body=body))
+    with pytest.raises(SGLangHTTPError) as info:
+        await client_for(server).generate(ids(tokenizer, "x"), PARAMS)
+    assert type(info.value) is SGLangHTTPError
+    assert info.value.message == message
+    assert message in str(info.value)
+
+
+async def test_unknown_sampling_param_is_a_400_from_the_server(server, tokenizer):
+    with pytest.raises(SGLangHTTPError, match="unknown field"):
+        await client_for(server).generate(ids(tokenizer, "x"), {"max_new_tokens": 4, "max_tokens": 4})
+    assert len(server.generate_requests) == 1
+
+
+async def test_dropped_connection_is_retried(server, tokenizer):
+    server.script(Fault(drop_connection=True), Fault(drop_connection=True), "fine")
+    result = await client_for(server).generate(ids(tokenizer, "x"), PARAMS)
+    assert result.output_ids[:-1] == ids(tokenizer, "fine")
+    assert len(server.generate_requests) == 3
+
+
+async def test_exhausted_retries_raise_connection_error(server, tokenizer):
+    server.script(*[Fault(status=503)] * 3, "too late")
+    with pytest.raises(SGLangConnectionError, match="after 3 attempt"):
+        await client_for(server, max_retries=2).generate(ids(tokenizer, "x"), PARAMS)
+    assert len(server.generate_requests) == 3
+    assert server.pending() == 1
+
+
+async def test_exhausted_retries_on_dropped_connections(server, tokenizer):
+    server.script(*[Fault(drop_connection=True)] * 2)
+    with pytest.raises(SGLangConnectionError):
+        await client_for(server, max_retries=1).generate(ids(tokenizer, "x"), PARAMS)
+
+
+async def test_unreachable_server_is_a_connection_error(tokenizer):
+    server = SGLangTestServer(tokenizer).start()
+    url = server.base_url
+    server.stop()
+    client = SGLangClient(url, retry_delay=0.01, max_retries=1)
+    with pytest.raises(SGLangConnectionError):
+        await client.generate([1, 2, 3], PARAMS)
+    assert await client.health() is False
+
+
+async def test_proxies_in_the_environment_are_ignored(server, tokenizer, monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, "http://10.255.255.1:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    server.script("direct")
+    client = client_for(server, max_retries=0, timeout=5.0)
+    result = await client.generate(ids(tokenizer, "x"), PARAMS)
+    assert result.output_ids[:-1] == ids(tokenizer, "direct")
+    assert await client.health() is True
+
+
+async def test_malformed_answer_is_a_protocol_error(server, tokenizer):
+    server.script(Fault(status=200, body={"text": "no meta"}))
+    with pytest.raises(SGLangProtocolError):
+        await client_for(server).generate(ids(tokenizer, "x"), PARAMS)
+
+
+async def test_length_finish(server, tokenizer):
+    server.script(Turn("one two three four five six seven eight"))
+    result = await client_for(server).generate(ids(tokenizer, "x"), {"max_new_tokens": 3})
+    assert result.finish_reason == "length" and len(result.output_ids) == 3
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") not in result.output_ids
+
+
+def test_shared_client_from_two_event_loops_in_two_threads(server, tokenizer):
+    server.script(*[f"answer {i}" for i in range(6)])
+    client = client_for(server)
+    results: dict[int, list] = {}
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        async def run() -> list:
+            out = [await client.generate(ids(tokenizer, f"thread {n}"), PARAMS) for _ in range(3)]
+            await client.aclose()
+            return out
+
+        try:
+            results[n] = asyncio.run(run())
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert sorted(len(v) for v in results.values()) == [3, 3]
+    assert all(r.finish_reason == "stop" for v in results.values() for r in v)
+    assert len(server.generate_requests) == 6
+
+
+def test_from_slime_args():
+    args = SimpleNamespace(
+        sglang_router_ip="10.0.0.7",
+        sglang_router_port=30000,
+        sglang_server_concurrency=64,
+        rollout_num_gpus=8,
+        rollout_num_gpus_per_engine=2,
+    )
+    client = SGLangClient.from_slime_args(args)
+    assert client.base_url == "http://10.0.0.7:30000"
+    assert client.max_connections == 64 * 4
+    assert client.max_retries == 60 and client.timeout is None
+
+    minimal = SGLangClient.from_slime_args(
+        SimpleNamespace(sglang_router_ip="h", sglang_router_port=1), timeout=300.0, max_retries=3
+    )
+    assert minimal.base_url == "http://h:1" and minimal.timeout == 300.0 and minimal.max_retries == 3
+    assert minimal.max_connections == 512
+    override = SGLangClient.from_slime_args(args, base_url="http://other:2/", max_connections=7)
+    assert override.base_url == "http://other:2" and override.max_connections == 7
+
+
+def test_constructor_validation():
+    with pytest.raises(ValueError):
+        SGLangClient("http://x", max_connections=0)
+    with pytest.raises(ValueError):
+        SGLangClient("http://x", max_retries=-1)
+    with pytest.raises(ValueError):
+        SGLangClient("http://x", retry_delay=-1)
+    assert SGLangClient("http://x:1/").base_url == "http://x:1"
+
+
+async def test_empty_input_ids_rejected_locally(server):
+    with pytest.raises(ValueError):
+        await client_for(server).generate([], PARAMS)
+    assert server.generate_requests == []
+
+
+async def test_health(server):
+    assert await client_for(server).health() is True
+    assert [r.path for r in server.requests] == ["/health"]
+
+
+async def test_abort_one_and_all(server, tokenizer):
+    server.script(Turn("a long answer that will be cut", delay_s=5.0))
+    client = client_for(server)
+    task = asyncio.create_task(client.generate(ids(tokenizer, "x"), PARAMS, rid="victim"))
+    for _ in range(300):
+        if server.generate_requests:
+            break
+        await asyncio.sleep(0.01)
+    await client.abort("victim")
+    result = await asyncio.wait_for(task, 5)
+    assert result.finish_reason == "abort"
+    assert server.aborted_rids == ["victim"]
+    assert server.answers.get("victim", ([], []))[0] == result.output_ids
+    await client.abort()
+    abort_bodies = [r.body for r in server.requests if r.path == "/abort_request"]
+    assert abort_bodies == [{"rid": "victim"}, {"abort_all": True}]
+
+
+async def test_model_info_and_context_length(server):
+    client = client_for(server)
+    info = await client.model_info()
+    assert info["model_path"] == "Qwen/Qwen3-8B"
+    assert await client.context_length() == 4096
+    assert await client.context_length() == 4096
+    info_requests = [r.path for r in server.requests if r.path in ("/model_info", "/server_info")]
+    assert info_requests == ["/model_info", "/model_info", "/server_info"], "asked once, then cached"
+
+
+async def test_context_length_unknown_when_server_unreachable(tokenizer):
+    server = SGLangTestServer(tokenizer).start()
+    url = server.base_url
+    server.stop()
+    client = SGLangClient(url, retry_delay=0.01, max_retries=0)
+    assert await client.context_length() is None
