@@ -167,7 +167,7 @@ def test_registry_get_register_unknown(monkeypatch):
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # leave the real registry untouched
     assert isinstance(get_tool_parser("hermes"), HermesToolParser)
     assert get_tool_parser("hermes") is not get_tool_parser("hermes"), "a new instance each time"
-    with pytest.raises(ValueError, match="unknown tool parser 'nope'.*hermes"):
+    with pytest.raises(ValueError, match=r"unknown tool parser 'nope'.*hermes"):
         get_tool_parser("nope")
 
     @register_tool_parser
