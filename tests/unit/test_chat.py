@@ -140,7 +140,7 @@ def test_template_that_fails_to_render(broken):
         "{%- if add_generation_prompt %}",
         "{{ raise_exception('broken on purpose') }}{%- if add_generation_prompt %}",
     )
-    with pytest.raises(TemplateError, match="failed to render.*broken on purpose"):
+    with pytest.raises(TemplateError, match=r"failed to render.*broken on purpose"):
         ChatRenderer(tok, probe=False)
 
 
