@@ -135,3 +135,33 @@ def test_random_scripts_keep_every_invariant(tokenizer, server, script):
     # Every assistant turn belongs to the one user query, so Qwen3 keeps all think blocks: no rewrite.
     conversation = canonical_conversation("Compute things.", script, got)
     assert_canonical(tokenizer, tm, conversation, TOOLS)
+
+
+@st.composite
+def thinking_off_scripts(draw) -> list[ModelTurn]:
+    # With enable_thinking=False the generation prompt closes an empty think block: outputs carry none.
+    turns = [
+        ModelTurn(content=t.content, calls=t.calls)
+        for t in draw(st.lists(tool_turns(), max_size=3))
+        if t.calls
+    ]
+    return [*turns, ModelTurn(content=draw(st.sampled_from(["Done.", "It is 7."])))]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=thinking_off_scripts())
+def test_random_scripts_with_thinking_off(tokenizer, server, script):
+    key = f"off-{next(_keys)}"
+    server.script(*[turn.text() for turn in script], key=key)
+    model = make_model(tokenizer, server, routing_key=key, enable_thinking=False)
+    agent = make_agent(model, TOOLS)
+    asyncio.run(agent.invoke_async("Compute things."))
+    tm = model.token_manager
+    assert_trajectory_invariants(tm, server, routing_key=key)
+    assert +model.parse_errors == +Counter(call.kind for turn in script for call in turn.bad_calls)
+    # The canonical rendering keeps the empty think block only on the LAST assistant message: re-rendering
+    # drops it from every earlier turn. That rewrite is the whole difference.
+    canonical_turns = [*script[:-1], final(script[-1].content)]
+    conversation = canonical_conversation("Compute things.", canonical_turns, result_texts(agent))
+    rewritten = ["<think>\n\n</think>\n\n"] * (len(script) - 1)
+    assert_canonical(tokenizer, tm, conversation, TOOLS, rewritten=rewritten, enable_thinking=False)

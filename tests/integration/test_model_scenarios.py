@@ -621,6 +621,28 @@ async def test_tool_iteration_limiter(tokenizer):
         assert model.token_manager.segments[-1].kind == "generated"
 
 
+async def test_stop_when_ends_before_the_next_model_call(tokenizer):
+    from slime_strands.limits import StopWhen
+
+    flag = {"stop": False}
+
+    @tool
+    def trigger(a: int) -> int:
+        """Sets the stop flag (stands for slime aborting while a tool runs)."""
+        flag["stop"] = True
+        return a
+
+    with server_for(tokenizer, ModelTurn(calls=[Call("trigger", {"a": 1})]), ANSWER) as server:
+        model = make_model(tokenizer, server)
+        stop = StopWhen(lambda: flag["stop"], "aborted by slime")
+        agent = make_agent(model, [trigger], hooks=[stop])
+        await agent.invoke_async("Go.")
+        assert stop.triggered
+        check(model, server)
+        assert len(server.generate_requests) == 1 and server.pending() == 1
+        assert [s.kind for s in model.token_manager.segments] == ["prompt", "generated"]
+
+
 async def test_quick_start_flow_from_the_seed(tokenizer):
     """strands-sglang's documented quick start: base_url=, Agent with default arguments, reset(), invoke."""
     with server_for(tokenizer, ADD_2_3, ANSWER) as server:
