@@ -1,0 +1,69 @@
+"""The plugin settings loader: defaults, strict validation, reading from slime's args."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from slime_strands.settings import PluginSettings, SandboxSettings, SettingsError, settings_from_args
+
+
+def test_defaults_are_the_math_agent():
+    settings = PluginSettings()
+    assert settings.tools == ("slime_strands.sandbox.execute_python_code",)
+    assert settings.max_tool_iters == 5 and settings.max_tool_calls is None
+    assert "\\boxed" in settings.system_prompt
+    assert settings.sandbox == SandboxSettings() and settings.sandbox.effective_concurrency >= 1
+
+
+def test_mapping_is_coerced_and_nested():
+    settings = PluginSettings.from_mapping(
+        {
+            "max_tool_iters": 3,
+            "tools": ["a.b"],
+            "sandbox": {"timeout_s": 5, "preload_modules": []},
+            "reward": {},
+        }
+    )
+    assert settings.max_tool_iters == 3 and settings.tools == ("a.b",)
+    assert settings.sandbox.timeout_s == 5.0 and isinstance(settings.sandbox.timeout_s, float)
+    assert settings.sandbox.preload_modules == ()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"max_tool_iter": 3}, "unknown setting(s) max_tool_iter"),
+        ({"sandbox": {"timeout": 3}}, "unknown setting(s) sandbox.timeout"),
+        ({"max_tool_iters": "5"}, "max_tool_iters: expected int"),
+        ({"max_tool_iters": True}, "expected int, got a boolean"),
+        ({"enable_thinking": "yes"}, "enable_thinking: expected bool"),
+        ({"tools": "slime_strands.sandbox.execute_python_code"}, "tools: expected a list"),
+        ({"sandbox": {"backend": "docker"}}, "unknown backend 'docker'"),
+        ({"sandbox": {"memory_mb": 0}}, "sandbox.memory_mb must be > 0"),
+        ({"sandbox": "fast"}, "expected a mapping"),
+        ({"max_tool_iters": -1}, "max_tool_iters must be >= 0"),
+        ({"reward": {"math_verify_timeout_s": 0}}, "math_verify_timeout_s must be > 0"),
+    ],
+)
+def test_invalid_settings_name_the_problem(data, message):
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        PluginSettings.from_mapping(data)
+
+
+def test_from_args_reads_the_strands_key():
+    assert settings_from_args(types.SimpleNamespace()) == PluginSettings()
+    assert settings_from_args(types.SimpleNamespace(strands=None)) == PluginSettings()
+    assert settings_from_args(types.SimpleNamespace(strands={"max_tool_calls": 7})).max_tool_calls == 7
+    explicit = PluginSettings(max_tool_iters=1)
+    assert settings_from_args(types.SimpleNamespace(strands=explicit)) is explicit
+
+
+def test_from_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("strands:\n  enable_thinking: false\nrollout_stuff: 1\n")
+    assert PluginSettings.from_yaml(path).enable_thinking is False
+    path.write_text("- a list\n")
+    with pytest.raises(SettingsError, match="mapping at top level"):
+        PluginSettings.from_yaml(path)
