@@ -1,0 +1,176 @@
+"""Math rewards for dapo-math-17k training and AIME-2024 eval (``--custom-rm-path``).
+
+Only the FINAL assistant turn is graded (after its reasoning): tool output and earlier turns never count,
+so code that prints ``Answer: 42`` earns nothing. The answer is the last ``Answer:`` line, else the last
+balanced ``\\boxed{}``. Integer labels (all of dapo-math-17k and AIME) are compared as integers after
+normalisation: fast, deterministic and cheap. Other labels go to math-verify in a separate worker process
+with a wall-clock limit (its own signal-based timeouts raise off the main thread, and some inputs hang).
+
+In training a wrong answer is shaped by tool use (the seeds' recipe, :class:`RewardSettings`); in eval
+(``metadata["strands"]["evaluation"]``) the reward is plain 1.0 / 0.0 so ``eval/<name>`` is accuracy and
+slime's pass@k works. Reward functions never raise, never return None and never block the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from ._verify_worker import verify_in_worker
+from .settings import RewardSettings, SettingsError, settings_from_args
+
+__all__ = ["accuracy", "extract_answer", "final_answer_text", "grade", "math_reward"]
+
+logger = logging.getLogger(__name__)
+
+_ANSWER_LINE = re.compile(r"answer\s*\**\s*:(.*)$", re.IGNORECASE)
+_BOX = re.compile(r"\\(?:boxed|fbox)\b")
+_INTEGER = re.compile(r"[+-]?\d+(?:\.0*)?")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))|\{,\}")
+_WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]*)\}")
+_NOISE = re.compile(r"\\[!,;: ]|~|\\left|\\right|\^\s*\{?\\circ\}?|\\%|%|\\degree|\$|\\\(|\\\)|\\\[|\\\]")
+_ASSIGNMENT = re.compile(r"^[A-Za-z]\w*\s*=\s*")
+_TOOL_BLOCKS = re.compile(r"<tool_call>.*?(?:</tool_call>|$)|<tool_response>.*?(?:</tool_response>|$)", re.S)
+# End-of-turn / special tokens of common templates (Qwen/ChatML, Llama 3, DeepSeek, Mistral, Gemma).
+_SPECIAL = re.compile(r"<\|[^|<>]{1,40}\|>|<｜[^｜<>]{1,40}｜>|</?s>|<eos>|<end_of_turn>")
+_TURN_START = re.compile(r"<\|im_start\|>assistant\b")
+
+
+def final_answer_text(response: str, metadata: dict | None = None) -> str:
+    """The text of the last assistant turn after its reasoning; "" while the reasoning is unfinished.
+
+    Uses the rollout's ``final_turn_chars`` (template-agnostic); else the last ``<|im_start|>assistant``.
+    """
+    meta = (metadata or {}).get("strands") if isinstance(metadata, dict) else None
+    chars = meta.get("final_turn_chars") if isinstance(meta, dict) else None
+    if isinstance(chars, int) and 0 < chars <= len(response):
+        text = response[-chars:]
+    else:
+        starts = list(_TURN_START.finditer(response))
+        text = response[starts[-1].end() :] if starts else response
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    elif "<think>" in text:
+        return ""  # cut off while reasoning: no final answer
+    text = _TOOL_BLOCKS.sub(" ", text)
+    return _SPECIAL.sub(" ", text)
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last balanced ``\\boxed{...}`` (or ``\\boxed 5``); nested boxes are unwrapped."""
+    for match in reversed(list(_BOX.finditer(text))):
+        i = match.end()
+        while i < len(text) and text[i] == " ":
+            i += 1
+        if i < len(text) and text[i] != "{":
+            token = re.match(r"[^\s$]+", text[i:])
+            if token:
+                return token.group(0)
+            continue
+        depth, start = 0, i + 1
+        for j in range(i, len(text)):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    inner = text[start:j]
+                    return (_last_boxed(inner) or inner) if _BOX.search(inner) else inner
+    return None
+
+
+def extract_answer(final_text: str) -> str | None:
+    """The last non-empty ``Answer:`` line (its box if boxed), else the last balanced box; None if neither."""
+    for line in reversed(final_text.splitlines()):
+        match = _ANSWER_LINE.search(line)
+        if match:
+            value = match.group(1).strip().strip("*").strip()
+            if value:
+                return _last_boxed(value) or value
+    return _last_boxed(final_text)
+
+
+def _normalize(answer: str) -> str:
+    text = answer.strip()
+    for _ in range(3):  # nested wrappers: \text{\textbf{5}}
+        text = _WRAPPERS.sub(r"\1", text)
+    text = _NOISE.sub("", text)
+    text = _THOUSANDS.sub("", text).strip().rstrip(".").strip()
+    return _ASSIGNMENT.sub("", text).strip()
+
+
+def _as_int(text: str) -> int | None:
+    text = _normalize(text).replace(" ", "")
+    if not _INTEGER.fullmatch(text):
+        return None
+    return int(text.split(".")[0])
+
+
+def grade(response: str, label: Any, *, metadata: dict | None = None) -> bool | None:
+    """Grade without math-verify: True / False for integer labels (or no answer), None = needs math-verify."""
+    answer = extract_answer(final_answer_text(response, metadata))
+    if answer is None:
+        return False
+    gold = _as_int(str(label))
+    if gold is None:
+        return None
+    pred = _as_int(answer)
+    return pred == gold if pred is not None else None
+
+
+async def _is_correct(sample: Any, settings: RewardSettings) -> bool:
+    response = str(getattr(sample, "response", "") or "")
+    label = getattr(sample, "label", None)
+    if label is None or not str(label).strip():
+        logger.warning("slime-strands reward: sample %s has no label", getattr(sample, "index", "?"))
+        return False
+    verdict = grade(response, label, metadata=getattr(sample, "metadata", None))
+    if verdict is not None:
+        return verdict
+    answer = extract_answer(final_answer_text(response, getattr(sample, "metadata", None)))
+    return await verify_in_worker(str(answer), str(label), timeout_s=settings.math_verify_timeout_s)
+
+
+def _reward_settings(args: Any) -> RewardSettings:
+    try:
+        return settings_from_args(args).reward
+    except SettingsError as exc:
+        logger.warning("slime-strands reward: invalid settings (%s); using defaults", exc)
+        return RewardSettings()
+
+
+def _strands_meta(sample: Any) -> dict:
+    metadata = getattr(sample, "metadata", None)
+    meta = metadata.get("strands") if isinstance(metadata, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+async def math_reward(args: Any, sample: Any, **kwargs: Any) -> float:
+    """dapo-style reward: ``correct`` / ``incorrect``, shaped by tool use on failures in training only."""
+    try:
+        settings = _reward_settings(args)
+        correct = await _is_correct(sample, settings)
+        meta = _strands_meta(sample)
+        if meta.get("evaluation"):
+            return 1.0 if correct else 0.0
+        if correct:
+            return float(settings.correct)
+        score = float(settings.incorrect)
+        tool_iters = getattr(sample, "tool_iters", meta.get("tool_iters"))
+        if settings.tool_shaping and "evaluation" in meta and isinstance(tool_iters, int):
+            shaped = score + (tool_iters - settings.shaping_baseline_iters) * settings.shaping_per_iter
+            score = min(settings.shaping_cap, shaped)
+        return score
+    except Exception:  # a grading bug must not kill slime's rollout step
+        logger.exception("slime-strands reward: grading failed for sample %s", getattr(sample, "index", "?"))
+        return 0.0
+
+
+async def accuracy(args: Any, sample: Any, **kwargs: Any) -> float:
+    """Plain accuracy (1.0 / 0.0), for eval configs: what pass@k and ``eval/<name>`` should count."""
+    try:
+        return 1.0 if await _is_correct(sample, _reward_settings(args)) else 0.0
+    except Exception:
+        logger.exception("slime-strands reward: grading failed for sample %s", getattr(sample, "index", "?"))
+        return 0.0

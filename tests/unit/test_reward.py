@@ -1,0 +1,182 @@
+"""Math rewards: answer extraction, integer and math-verify grading, shaping, eval accuracy, robustness."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import types
+
+import pytest
+
+from slime_strands.reward import accuracy, extract_answer, final_answer_text, grade, math_reward
+from slime_strands.testing.slime_types import Sample
+
+END = "<|im_end|>"
+
+
+def sample(response: str, label: object = "34", *, evaluation: bool = False, tool_iters: int = 0, **meta):
+    s = Sample(response=response, label=label, metadata={"strands": {"evaluation": evaluation, **meta}})
+    s.tool_iters = tool_iters
+    return s
+
+
+def args(**reward):
+    return types.SimpleNamespace(strands={"reward": reward} if reward else None)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("so\nAnswer: 34", "34"),
+        ("Answer: \\boxed{34}", "34"),
+        ("**Answer:** $\\boxed{-7}$", "-7"),
+        ("Final answer: 12\nthen more text \\boxed{13}", "12"),  # an Answer: line wins over a box
+        ("we get \\boxed{3} and finally \\boxed{4}.", "4"),  # the last box
+        ("\\boxed{\\boxed{5}}", "5"),  # nested
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),  # braces inside the box
+        ("\\boxed{2} and an unclosed \\boxed{3", "2"),  # malformed last box: the last balanced one
+        ("\\fbox{8}", "8"),
+        ("\\boxed 9", "9"),
+        ("Answer:\n\\boxed{6}", "6"),  # empty Answer: line: fall back to the box
+        ("no answer here", None),
+        ("", None),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "label", "ok"),
+    [
+        ("34", "34", True),
+        ("034", "34", True),
+        ("34.0", "34", True),
+        ("-5", "-5", True),
+        ("5", "-5", False),
+        ("1,000", "1000", True),
+        ("1{,}000", "1000", True),
+        ("$1000$", "1000", True),
+        ("\\text{ 42 }", "42", True),
+        ("x = 17", "17", True),
+        ("90^\\circ", "90", True),
+        ("35", "34", False),
+        ("3.5", "34", None),  # not an integer: math-verify decides
+        ("34", 34, True),  # integer labels given as numbers
+        ("34", "34.0", True),
+    ],
+)
+def test_integer_grading(answer, label, ok):
+    assert grade(f"Answer: {answer}{END}", label) is ok
+
+
+def test_only_the_final_turn_after_reasoning_counts():
+    history = (
+        "<tool_call>\n{}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nAnswer: 34\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert grade(history + f"<think>maybe \\boxed{{34}}</think>\n\nIt is \\boxed{{35}}{END}", "34") is False
+    assert grade(history + f"<think>hmm</think>\n\nAnswer: 34{END}", "34") is True
+    assert grade(history + "<think>Answer: 34 ... (cut off)", "34") is False  # reasoning never finished
+    # A tool response at the end (limit hit mid-episode) is not an answer either.
+    assert grade("<tool_response>\nAnswer: 34\n</tool_response>", "34") is False
+
+
+def test_final_turn_located_from_rollout_metadata_for_any_template():
+    final = "[/INST] Answer: 34</s>"
+    response = "tool said Answer: 99 " + final
+    meta = {"strands": {"final_turn_chars": len(final)}}
+    assert final_answer_text(response, meta).strip().startswith("[/INST] Answer: 34")
+    assert grade(response.replace("34", "12"), "12", metadata=meta) is True
+    wrong = "tool said Answer: 34 [/INST] Answer: 99</s>"
+    assert (
+        grade(wrong, "34", metadata={"strands": {"final_turn_chars": len(" [/INST] Answer: 99</s>")}})
+        is False
+    )
+
+
+async def test_training_reward_and_tool_shaping():
+    assert await math_reward(args(), sample(f"Answer: 34{END}")) == 1.0
+    # The seeds' recipe: min(-0.6, -1 + (tool_iters - 2) * 0.05).
+    assert await math_reward(args(), sample(f"Answer: 3{END}", tool_iters=0)) == pytest.approx(-1.1)
+    assert await math_reward(args(), sample(f"Answer: 3{END}", tool_iters=6)) == pytest.approx(-0.8)
+    assert await math_reward(args(), sample(f"Answer: 3{END}", tool_iters=40)) == pytest.approx(-0.6)
+    assert await math_reward(args(tool_shaping=False), sample("Answer: 3", tool_iters=40)) == -1.0
+    custom = args(correct=2.0, incorrect=0.0, shaping_cap=0.5, shaping_per_iter=0.1, shaping_baseline_iters=0)
+    assert await math_reward(custom, sample("Answer: 34")) == 2.0
+    assert await math_reward(custom, sample("Answer: 1", tool_iters=3)) == pytest.approx(0.3)
+
+
+async def test_eval_is_plain_accuracy():
+    for iters in (0, 10):
+        assert await math_reward(args(), sample("Answer: 34", evaluation=True, tool_iters=iters)) == 1.0
+        assert await math_reward(args(), sample("Answer: 3", evaluation=True, tool_iters=iters)) == 0.0
+    assert await accuracy(args(), sample("Answer: 34")) == 1.0
+    assert await accuracy(args(), sample("Answer: 33", tool_iters=9)) == 0.0
+
+
+async def test_samples_from_other_generators_are_not_shaped():
+    plain = Sample(response="Answer: 3", label="34")
+    plain.tool_iters = 0
+    assert await math_reward(args(), plain) == -1.0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Sample(response="Answer: 34", label=None),
+        Sample(response=None, label="34"),  # type: ignore[arg-type]
+        Sample(response="Answer: 34", label="34", metadata={"strands": "junk"}),
+        types.SimpleNamespace(),
+    ],
+)
+async def test_never_raises_never_none(bad):
+    for fn in (math_reward, accuracy):
+        value = await fn(args(), bad)
+        assert isinstance(value, float)
+
+
+async def test_invalid_settings_fall_back_to_defaults(caplog):
+    assert await math_reward(args(bogus=1), sample("Answer: 3")) == pytest.approx(-1.1)
+    assert "invalid settings" in caplog.text
+
+
+async def test_non_integer_labels_use_math_verify():
+    pytest.importorskip("math_verify")
+    assert await accuracy(args(), sample("\\boxed{\\frac{1}{2}}", label="0.5")) == 1.0
+    assert await accuracy(args(), sample("\\boxed{\\dfrac12}", label="\\frac{1}{2}")) == 1.0
+    assert await accuracy(args(), sample("\\boxed{2\\sqrt{3}}", label="\\sqrt{12}")) == 1.0
+    assert await accuracy(args(), sample("\\boxed{(1, 2)}", label="(1,2)")) == 1.0
+    assert await accuracy(args(), sample("\\boxed{\\frac{1}{3}}", label="0.5")) == 0.0
+    assert await accuracy(args(), sample("no answer", label="0.5")) == 0.0
+    # Integer label, non-integer-looking answer: math-verify settles it.
+    assert await accuracy(args(), sample("\\boxed{\\frac{68}{2}}", label="34")) == 1.0
+
+
+async def test_pathological_expression_times_out_without_blocking_the_loop():
+    pytest.importorskip("math_verify")
+    await accuracy(args(), sample("\\boxed{1}", label="0.5"))  # warm a worker: time only the question
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    start = time.monotonic()
+    value = await math_reward(args(math_verify_timeout_s=1.5), sample("\\boxed{9^{9^{9^{9}}}}", label="\\pi"))
+    elapsed = time.monotonic() - start
+    task.cancel()
+    assert value == pytest.approx(-1.1)
+    assert 1.4 < elapsed < 10
+    assert ticks >= elapsed / 0.05 * 0.5  # the loop kept running while the worker was stuck
+    # The stuck worker was replaced: grading still works afterwards.
+    assert await accuracy(args(), sample("\\boxed{0.5}", label="\\frac12")) == 1.0
+
+
+async def test_concurrent_grading():
+    pytest.importorskip("math_verify")
+    samples = [sample(f"\\boxed{{{i}/2}}", label=f"{i / 2}") for i in range(1, 13)]
+    assert await asyncio.gather(*(accuracy(args(), s) for s in samples)) == [1.0] * 12
