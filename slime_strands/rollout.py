@@ -241,6 +241,9 @@ async def _fill_trajectory(
     sample.response = await asyncio.get_running_loop().run_in_executor(
         None, functools.partial(model.tokenizer.decode, tokens[prompt_len:], skip_special_tokens=False)
     )
+    final_chars = await _final_turn_chars(model, sample.response)
+    if final_chars is not None:
+        metrics["final_turn_chars"] = final_chars
     turns = tm.turns
     sample.weight_versions = [t.weight_version for t in turns if t.weight_version is not None]
     metrics["response_tokens"] = sample.response_length
@@ -253,6 +256,19 @@ async def _fill_trajectory(
             )
     if model.routed_experts:
         sample.rollout_routed_experts = _decode_routed_experts(args, model.routed_experts[-1], len(tokens))
+
+
+async def _final_turn_chars(model: SGLangModel, response: str) -> int | None:
+    """Length of the last assistant turn at the end of ``response``, so rewards grade only the final answer
+    (never tool output or earlier turns) without knowing the chat template. None if it cannot be located."""
+    tm = model.token_manager
+    last = next((s for s in reversed(tm.segments) if s.kind == "generated"), None)
+    if last is None:
+        return None
+    tail = await asyncio.get_running_loop().run_in_executor(
+        None, functools.partial(model.tokenizer.decode, tm.token_ids[last.start :], skip_special_tokens=False)
+    )
+    return len(tail) if tail and response.endswith(tail) else None
 
 
 def _decode_routed_experts(args: Any, encoded: str, n_tokens: int) -> Any:

@@ -31,3 +31,9 @@ async def abort_now(reason: str) -> str:
     state.aborted = True
     await asyncio.sleep(0)
     return "ok"
+
+
+@tool
+def echo(text: str) -> str:
+    """Return the text unchanged (lets tests put answer-like text in a tool response)."""
+    return text

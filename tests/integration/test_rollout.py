@@ -13,11 +13,11 @@ import uuid
 import pytest
 from conftest import qwen3_tokenizer_path
 from rollout_tools import ABORT_FLAG, CALLS
-from slime_strands.testing.slime_types import load_sample_class
 
-from slime_strands import rollout
+from slime_strands import reward, rollout
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_sample_matches_server
+from slime_strands.testing.slime_types import load_sample_class
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -44,7 +44,7 @@ def server(tokenizer):
 
 def make_args(server: SGLangTestServer, **overrides):
     strands = {
-        "tools": ["rollout_tools.add", "rollout_tools.huge_output"],
+        "tools": ["rollout_tools.add", "rollout_tools.huge_output", "rollout_tools.echo"],
         "retry_delay_s": 0.01,
         "max_retries": 3,
     }
@@ -334,3 +334,24 @@ async def test_turn_stopped_by_other_eos_is_closed_with_end_of_turn(server, toke
     assert out.tokens[at + 1] == tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert out.loss_mask[at - (len(out.tokens) - out.response_length)] == 1  # sampled
     assert out.loss_mask[at + 1 - (len(out.tokens) - out.response_length)] == 0  # appended by us
+
+
+async def test_reward_grades_the_final_turn_only(server):
+    """generate + math_reward as slime chains them: answers inside tool output or reasoning never count."""
+    echo = '<tool_call>\n{"name": "echo", "arguments": {"text": "Answer: \\\\boxed{5}"}}\n</tool_call>'
+    args = make_args(server, strands={"enable_thinking": True})
+    cases = [
+        ((echo, "<think>The tool says 5.</think>\n\nAnswer: \\boxed{5}"), False, 1.0),
+        ((echo, "<think>Answer: \\boxed{5}</think>\n\nI give up: \\boxed{4}"), False, -1.05),
+        ((echo, "<think>Answer: \\boxed{5}</think>\n\nI give up: \\boxed{4}"), True, 0.0),
+        (("Answer: \\boxed{5}",), True, 1.0),
+    ]
+    for turns, evaluation, expected in cases:
+        sample = new_sample()
+        out = await run(server, args, sample, *turns, evaluation=evaluation)
+        assert out.status == Sample.Status.COMPLETED
+        final = out.response[-strands_meta(out)["final_turn_chars"] :]
+        assert final.endswith("<|im_end|>") and "<tool_response>" not in final
+        if len(turns) > 1:
+            assert "<tool_response>\nAnswer: \\boxed{5}\n</tool_response>" in out.response
+        assert await reward.math_reward(args, out) == pytest.approx(expected), turns
