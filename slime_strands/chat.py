@@ -10,7 +10,9 @@ full rendering for a conversation with tool calls, parallel results and a follow
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +22,8 @@ _BASE_USER = "Base question for incremental rendering."
 _BASE_ASSISTANT = "Base answer 7f3a9c for incremental rendering."
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _VERIFIED: dict[tuple[Any, ...], tuple[str, int]] = {}
+_LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
+logger = logging.getLogger(__name__)
 
 
 class TemplateError(ValueError):
@@ -173,6 +177,54 @@ class ChatRenderer:
         base = self._base(system)
         full = self.render([*base, *new_messages], tools=tools, add_generation_prompt=True)
         return self._after_assistant(full, _BASE_ASSISTANT)
+
+    def encode_continuation(
+        self,
+        new_messages: Sequence[Mapping[str, Any]],
+        *,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> tuple[str, list[int]]:
+        """:meth:`render_continuation` and its token ids, message bodies encoded LITERALLY.
+
+        Tool output is written by the policy's code: text such as ``<|im_end|><|im_start|>assistant`` in it
+        must not become control tokens that forge turns. Bodies holding special-token text are encoded with
+        ``split_special_tokens``; the template's own markup keeps its special tokens. Decoding the ids always
+        gives the rendered text.
+        """
+        text = self.render_continuation(new_messages, system=system, tools=tools)
+        risky = [
+            i
+            for i, m in enumerate(new_messages)
+            if isinstance(m.get("content"), str) and any(t in m["content"] for t in self._control_tokens)
+        ]
+        if not risky:
+            return text, self.encode(text)
+        masked = [
+            {**m, "content": _LITERAL.format(i)} if i in risky else m for i, m in enumerate(new_messages)
+        ]
+        rest = self.render_continuation(masked, system=system, tools=tools)
+        ids: list[int] = []
+        for i in risky:  # a placeholder the template dropped or moved fails the decode check below
+            before, _, rest = rest.partition(_LITERAL.format(i))
+            ids += self.encode(before) + self.encode_literal(new_messages[i]["content"])
+        ids += self.encode(rest)
+        if self.decode(ids) != text:  # the template transforms bodies (e.g. strips them): plain encoding
+            logger.warning("chat template alters message bodies: tool output encoded with special tokens")
+            return text, self.encode(text)
+        return text, ids
+
+    @functools.cached_property
+    def _control_tokens(self) -> tuple[str, ...]:
+        """Special tokens (turn markers, EOS) that plain text must never turn into."""
+        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
+        tokens = {t.content for t in added.values() if getattr(t, "special", False)}
+        tokens |= set(getattr(self.tokenizer, "all_special_tokens", []))
+        return tuple(t for t in tokens if t)
+
+    def encode_literal(self, text: str) -> list[int]:
+        """Token ids of untrusted text: special-token strings in it are split into ordinary tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
 
     def encode(self, text: str) -> list[int]:
         """Token ids of already-templated text (special tokens in the text are recognised, none added)."""

@@ -318,8 +318,7 @@ class SGLangModel(Model):
         encoded = {id(m): self._renderer.encode(m["content"]) for m in tool_msgs}
         if limit:
             self._cut_tool_outputs(tool_msgs, encoded, limit)
-        text = self._renderer.render_continuation(template_messages, system=system_prompt, tools=tools)
-        ids = self._renderer.encode(text)
+        text, ids = self._renderer.encode_continuation(template_messages, system=system_prompt, tools=tools)
         if room is not None and tool_msgs and len(ids) + _MIN_GENERATION_ROOM > room:
             # Shrink every tool output evenly so the observation still leaves room to generate.
             overflow = len(ids) + _MIN_GENERATION_ROOM - room
@@ -327,10 +326,9 @@ class SGLangModel(Model):
             per_tool = (current - overflow) // len(tool_msgs)
             if per_tool >= _MIN_TRUNCATED_TOOL_TOKENS:
                 self._cut_tool_outputs(tool_msgs, encoded, per_tool)
-                text = self._renderer.render_continuation(
+                text, ids = self._renderer.encode_continuation(
                     template_messages, system=system_prompt, tools=tools
                 )
-                ids = self._renderer.encode(text)
         return text, ids
 
     def _cut_tool_outputs(
