@@ -261,7 +261,7 @@ PY
 )" || out="import: ${PYTHON} failed to run"
     while IFS= read -r line; do
         case "${line}" in
-            import:*) ss_fail "slime_strands is not importable with ${PYTHON} (${line#import: }): pip install -e '${SS_REPO_DIR}[data,wandb]'" ;;
+            import:*) ss_fail "slime_strands is not importable with ${PYTHON} (${line#import: }): pip install -e '${SS_REPO_DIR}[data,wandb,sandbox,math]'" ;;
             settings:*) ss_fail "plugin settings ${PLUGIN_CONFIG} are invalid: ${line#settings: }" ;;
         esac
     done <<<"${out}"
