@@ -14,7 +14,7 @@ import pytest
 from conftest import qwen3_tokenizer_path
 from rollout_tools import ABORT_FLAG, CALLS
 
-from slime_strands import reward, rollout
+from slime_strands import metrics, reward, rollout
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_sample_matches_server
 from slime_strands.testing.slime_types import load_sample_class
@@ -355,3 +355,25 @@ async def test_reward_grades_the_final_turn_only(server):
         if len(turns) > 1:
             assert "<tool_response>\nAnswer: \\boxed{5}\n</tool_response>" in out.response
         assert await reward.math_reward(args, out) == pytest.approx(expected), turns
+
+
+async def test_metrics_aggregate_real_episodes(server):
+    """The keys metrics.py reads are the ones generate writes (no drift between the two)."""
+    bad = "<tool_call>\n{not json}\n</tool_call>"
+    samples = [new_sample() for _ in range(3)]
+    turns = [(CALL_ADD, "Answer: 5"), (bad, "Answer: 5"), (CALL_ADD, CALL_ADD, CALL_ADD)]
+    args = make_args(server, strands={"max_tool_iters": 2})
+    for s, script in zip(samples, turns, strict=True):
+        await run(server, args, s, *script)
+    m = metrics.aggregate(samples)
+    assert m["samples"] == 3 and m["status/completed"] == pytest.approx(2 / 3)
+    assert m["termination/end_turn"] == pytest.approx(2 / 3) and m["termination/tool_limit"] == pytest.approx(
+        1 / 3
+    )
+    assert m["turns_mean"] == pytest.approx((2 + 2 + 3) / 3)  # the limit stops before the 3rd call runs
+    assert m["tool_calls_mean"] == pytest.approx((1 + 1 + 2) / 3)  # a malformed call is an attempt
+    assert m["tool_error_rate"] == 0.0  # parse errors are counted apart from tool failures
+    assert m["parse_errors_per_sample/bad_json"] == pytest.approx(1 / 3)
+    assert 0 < m["cache_hit_rate"] < 1 and 0 < m["tool_token_share"] < 1
+    assert m["response_tokens_mean"] == pytest.approx(sum(s.response_length for s in samples) / 3)
+    assert m["generation_time_s_mean"] > 0 and m["wall_time_s_max"] >= m["wall_time_s_p50"] > 0
