@@ -1,0 +1,89 @@
+"""Isolated, fast execution of model-written Python: the math agent's ``execute_python_code`` tool.
+
+Model-written code is hostile input. Each snippet runs in a fresh process forked from a warm interpreter
+(numpy and sympy already imported) that lives inside the best isolation available: bubblewrap, else
+``unshare`` namespaces, else rlimits only (with a loud warning). Every run gets its own unprivileged uid
+(when we are root), wall-clock / CPU / memory / file-size / process limits, an empty environment and a
+private temp dir; when it ends or overruns, every process of its uid is killed. camel-ai's
+SubprocessInterpreter is available as ``backend: camel`` for parity with slime's example: UNISOLATED.
+
+    from slime_strands.sandbox import run_python
+    result = await run_python("import sympy; print(sympy.factorint(2**64 - 1))")
+    print(result.to_model_text())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from strands import tool
+
+from ..settings import SandboxSettings
+from ._result import ExecutionResult, cut_middle
+from ._sandbox import Sandbox, SandboxUnavailableError, get_sandbox
+
+__all__ = [
+    "ExecutionResult",
+    "Sandbox",
+    "SandboxUnavailableError",
+    "configure_sandbox",
+    "execute_python_code",
+    "run_python",
+]
+
+_settings = SandboxSettings()
+
+
+def configure_sandbox(settings: SandboxSettings) -> None:
+    """Settings used by :func:`execute_python_code` and by :func:`run_python` without explicit settings."""
+    global _settings
+    _settings = settings
+
+
+async def run_python(code: str, settings: SandboxSettings | None = None) -> ExecutionResult:
+    """Run ``code`` in the sandbox for ``settings`` (default: the configured ones) on this event loop."""
+    settings = settings or _settings
+    if settings.backend == "camel":
+        return await _run_with_camel(code, settings)
+    return await get_sandbox(settings).run(code)
+
+
+async def _run_with_camel(code: str, settings: SandboxSettings) -> ExecutionResult:
+    """camel-ai's SubprocessInterpreter, as slime's example uses it: no isolation, no limits but time."""
+    from camel.interpreters import SubprocessInterpreter
+
+    interpreter = SubprocessInterpreter(
+        require_confirm=False,
+        print_stdout=False,
+        print_stderr=False,
+        execution_timeout=int(settings.timeout_s),
+    )
+    started = time.perf_counter()
+    output = await asyncio.get_running_loop().run_in_executor(None, interpreter.run, code, "python")
+    text, truncated = cut_middle(str(output), settings.max_output_chars)
+    return ExecutionResult(
+        stdout=text,
+        stderr="",
+        exit_code=0,
+        output_truncated=truncated,
+        duration_s=time.perf_counter() - started,
+        backend="camel",
+        timeout_s=settings.timeout_s,
+        memory_mb=settings.memory_mb,
+    )
+
+
+@tool
+async def execute_python_code(code: str) -> str:
+    """Execute a Python 3 program and return what it printed (stdout, then stderr / traceback).
+
+    numpy and sympy are available. Use print() to see results: the value of the last expression is not
+    shown. There is no network access and no persistent state between calls (each call is a new process;
+    files written are discarded). Calls are limited in time, memory and output size.
+
+    Args:
+        code: the complete Python program to run.
+    """
+    result = await run_python(code)
+    return result.to_model_text(_settings.max_output_chars)

@@ -1,0 +1,92 @@
+"""How the warm interpreter is started for each isolation backend.
+
+``bwrap``: bubblewrap with its own pid / net / ipc / uts namespaces, the system and Python read-only, a
+private tmpfs ``/tmp``, no host home or project files, dying with its parent. ``unshare``: util-linux
+``unshare`` with its own pid / net / ipc / uts / mount namespaces (host files stay visible, read-only for
+the unprivileged run uid). ``limits``: no namespaces at all (rlimits, run uid, scrubbed environment, ``-I``
+and a private temp dir only). Every backend runs each snippet as an unprivileged uid when we are root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import sys
+from pathlib import Path
+
+__all__ = ["BACKENDS", "command", "sandbox_env"]
+
+BACKENDS = ("bwrap", "unshare", "limits")
+_ZYGOTE_SOURCE = (Path(__file__).with_name("_zygote.py")).read_text()
+# Only what the zygote needs from root: switching the run's uid, owning and cleaning its files.
+_BWRAP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
+
+
+def sandbox_env() -> dict[str, str]:
+    """The whole environment the sandbox gets: nothing from the host (no tokens, no keys)."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": "/tmp",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def _python_roots() -> list[str]:
+    """Directories the interpreter and its site-packages live in (bound read-only into bwrap)."""
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
+    candidates.update(site.getsitepackages())
+    roots: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in candidates if p and os.path.isdir(p)}):
+        if path.startswith(("/usr/", "/bin", "/lib")) or any(path.startswith(r + "/") for r in roots):
+            continue
+        roots.append(path)
+    return roots
+
+
+def _bwrap_args(root: bool) -> list[str]:
+    args = ["bwrap", "--die-with-parent", "--new-session"]
+    if root:
+        args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        for cap in _BWRAP_CAPS:
+            args += ["--cap-add", cap]
+    else:
+        args += ["--unshare-all"]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for etc in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
+        args += ["--ro-bind-try", etc, etc]
+    for path in _python_roots():
+        args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp", "--"]
+    return args
+
+
+def command(backend: str, *, root: bool) -> list[str] | None:
+    """argv that starts the zygote under ``backend``; None if the tool it needs is not installed."""
+    python = [sys.executable, "-I", "-c", _ZYGOTE_SOURCE]
+    if backend == "bwrap":
+        return _bwrap_args(root) + python if shutil.which("bwrap") else None
+    if backend == "unshare":
+        if not shutil.which("unshare"):
+            return None
+        user = [] if root else ["--user", "--map-root-user"]
+        flags = ["--net", "--pid", "--fork", "--mount-proc", "--ipc", "--uts", "--kill-child"]
+        return ["unshare", *user, *flags, "--", *python]
+    if backend == "limits":
+        return python
+    raise ValueError(f"unknown sandbox backend {backend!r}")

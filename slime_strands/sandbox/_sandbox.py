@@ -1,0 +1,283 @@
+"""Host side of the sandbox: start the warm interpreter under the best backend, send it runs, get results.
+
+One :class:`Sandbox` per (event loop, settings): asyncio pipes belong to the loop that made them. Runs are
+bounded by a semaphore (``concurrency``); the host never blocks its loop, and a dead or hung interpreter is
+killed and replaced transparently (its in-flight runs get an error result, later runs work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import weakref
+from typing import Any
+
+from ..settings import SandboxSettings
+from ._backends import BACKENDS, command, sandbox_env
+from ._result import ExecutionResult
+
+__all__ = ["Sandbox", "SandboxUnavailableError", "get_sandbox"]
+
+logger = logging.getLogger(__name__)
+
+_START_TIMEOUT_S = 120.0  # importing numpy + sympy on a loaded node
+_HOST_GRACE_S = 10.0  # beyond the run's own timeout before the interpreter counts as hung
+_BYTES_PER_CHAR = 4
+_PROBE = "print(6 * 7)"
+_working_backend: dict[str, str] = {}  # requested backend -> the one that worked (probed once per process)
+_warned_limits_only = False
+_orphan_uids: set[int] = set()  # run uids of dead interpreters: reaped by the next one (limits-only)
+_registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[SandboxSettings, Sandbox]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class SandboxUnavailableError(RuntimeError):
+    """No isolation backend could start (or the requested one cannot)."""
+
+
+class _Interpreter:
+    """One warm zygote process and its request / response pipe."""
+
+    def __init__(self, backend: str, proc: asyncio.subprocess.Process, uids: list[int], base: str | None):
+        self.backend, self.proc, self.uids, self.host_dir = backend, proc, uids, base
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ids = itertools.count()
+        self.stderr: collections.deque[str] = collections.deque(maxlen=20)
+        self.reader: asyncio.Task[None] | None = None
+        self.drain: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, backend: str, settings: SandboxSettings, concurrency: int) -> _Interpreter:
+        root = os.geteuid() == 0
+        argv = command(backend, root=root)
+        if argv is None:
+            raise SandboxUnavailableError(f"{backend}: not installed")
+        uids: list[int] = []
+        if root:
+            first = random.randrange(2_000_000, 2_000_000_000)
+            uids = list(range(first, first + concurrency))
+        host_dir = None
+        if backend == "bwrap":
+            base = "/tmp/runs"  # inside the sandbox's private tmpfs
+        else:
+            host_dir = base = tempfile.mkdtemp(prefix="slime-strands-sandbox-")
+            os.chmod(base, 0o711)
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=sandbox_env(),
+            start_new_session=True,
+            limit=1 << 26,
+        )
+        interp = cls(backend, proc, uids, host_dir)
+        interp.drain = asyncio.ensure_future(interp._drain_stderr())
+        reap = sorted(_orphan_uids) if backend == "limits" else []
+        config = {
+            "base_dir": base,
+            "uids": uids,
+            "preload": list(settings.preload_modules) if settings.prewarm else [],
+            "reap_uids": reap,
+        }
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(config).encode() + b"\n")
+            await proc.stdin.drain()
+            line = await asyncio.wait_for(proc.stdout.readline(), _START_TIMEOUT_S)
+            if not line or not json.loads(line).get("ready"):
+                raise SandboxUnavailableError(f"{backend}: interpreter did not start: {interp.last_stderr()}")
+            _orphan_uids.difference_update(reap)
+            interp.reader = asyncio.ensure_future(interp._read_results())
+            probe = await interp.request(_PROBE, settings)
+            if probe.get("stdout", "").strip() != "42":
+                raise SandboxUnavailableError(f"{backend}: probe run failed: {probe} {interp.last_stderr()}")
+        except BaseException as exc:
+            await interp.close()
+            if isinstance(exc, (OSError, ValueError, asyncio.TimeoutError, ConnectionError)):
+                raise SandboxUnavailableError(f"{backend}: {exc!r} {interp.last_stderr()}") from exc
+            raise
+        return interp
+
+    def last_stderr(self) -> str:
+        return " | ".join(self.stderr)[-2000:]
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.stderr.append(line.decode("utf-8", "replace").rstrip()[:500])
+
+    async def _read_results(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            while line := await self.proc.stdout.readline():
+                result = json.loads(line)
+                future = self.pending.pop(result.get("id"), None)
+                if future is not None and not future.done():
+                    future.set_result(result)
+        except (ValueError, asyncio.LimitOverrunError) as exc:
+            logger.warning("slime-strands sandbox: bad reply from the interpreter: %r", exc)
+        finally:
+            self._fail_pending(f"the sandbox interpreter exited ({self.last_stderr() or 'no message'})")
+
+    def _fail_pending(self, message: str) -> None:
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(SandboxUnavailableError(message))
+        self.pending.clear()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None and self.reader is not None and not self.reader.done()
+
+    async def request(self, code: str, settings: SandboxSettings) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        rid = next(self.ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[rid] = future
+        message = {
+            "id": rid,
+            "code": code,
+            "timeout_s": settings.timeout_s,
+            "cpu_seconds": settings.cpu_seconds,
+            "memory_mb": settings.memory_mb,
+            "file_size_mb": settings.file_size_mb,
+            "max_processes": settings.max_processes,
+            "max_output_bytes": settings.max_output_chars * _BYTES_PER_CHAR,
+        }
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        await self.proc.stdin.drain()
+        try:
+            return await asyncio.wait_for(future, settings.timeout_s + _HOST_GRACE_S)
+        finally:
+            self.pending.pop(rid, None)
+
+    async def close(self) -> None:
+        if self.backend == "limits" and self.uids:
+            _orphan_uids.update(self.uids)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.proc.wait(), 10)
+        for task in (self.reader, self.drain):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self._fail_pending("the sandbox was closed")
+        if self.host_dir:
+            shutil.rmtree(self.host_dir, ignore_errors=True)
+
+
+class Sandbox:
+    """Runs model-written Python under isolation and limits; see ``SandboxSettings`` for the knobs."""
+
+    def __init__(self, settings: SandboxSettings | None = None) -> None:
+        self.settings = settings or SandboxSettings()
+        self.concurrency = self.settings.concurrency or os.cpu_count() or 1
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._interp: _Interpreter | None = None
+        self._starting = asyncio.Lock()
+
+    @property
+    def backend(self) -> str | None:
+        """The backend in use (None before the first run)."""
+        return self._interp.backend if self._interp else _working_backend.get(self.settings.backend)
+
+    async def _interpreter(self) -> _Interpreter:
+        async with self._starting:
+            if self._interp is not None and self._interp.alive:
+                return self._interp
+            if self._interp is not None:
+                await self._interp.close()
+                self._interp = None
+            self._interp = await self._start()
+            return self._interp
+
+    async def _start(self) -> _Interpreter:
+        global _warned_limits_only
+        wanted = self.settings.backend
+        order = [wanted] if wanted != "auto" else [_working_backend.get("auto", "bwrap"), *BACKENDS]
+        errors = []
+        for backend in dict.fromkeys(order):
+            try:
+                interp = await _Interpreter.start(backend, self.settings, self.concurrency)
+            except SandboxUnavailableError as exc:
+                errors.append(str(exc))
+                continue
+            if backend == "limits" and not _warned_limits_only:
+                _warned_limits_only = True
+                logger.warning(
+                    "slime-strands sandbox: NO namespace isolation available (%s); model-written code runs "
+                    "with rlimits, a separate uid and a scrubbed environment only: it can read world-readable "
+                    "host files and use the network. Install bubblewrap (apt-get install bubblewrap) or allow "
+                    "unprivileged namespaces.",
+                    "; ".join(errors) or "backend=limits",
+                )
+            _working_backend[wanted] = backend
+            return interp
+        raise SandboxUnavailableError("no sandbox backend works: " + "; ".join(errors))
+
+    async def run(self, code: str) -> ExecutionResult:
+        """Execute ``code``; never raises for anything the code does (the result says what happened)."""
+        settings = self.settings
+        async with self._slots:
+            interp = None
+            try:
+                interp = await self._interpreter()
+                reply = await interp.request(code, settings)
+            except asyncio.TimeoutError:
+                await self._discard(interp)
+                return self._error("the sandbox stopped answering; it was restarted")
+            except (SandboxUnavailableError, OSError) as exc:  # OSError: broken pipe to a dead interpreter
+                await self._discard(interp)
+                return self._error(str(exc))
+        return ExecutionResult(
+            stdout=reply.get("stdout", ""),
+            stderr=reply.get("stderr", ""),
+            exit_code=reply.get("exit_code"),
+            signal=reply.get("signal"),
+            timed_out=bool(reply.get("timed_out")),
+            output_truncated=bool(reply.get("truncated")),
+            duration_s=float(reply.get("duration_s", 0.0)),
+            backend=interp.backend,
+            timeout_s=settings.timeout_s,
+            memory_mb=settings.memory_mb,
+        )
+
+    def _error(self, message: str) -> ExecutionResult:
+        return ExecutionResult("", "", None, backend=self.backend or "", error=message)
+
+    async def _discard(self, interp: _Interpreter | None) -> None:
+        """Drop a dead or hung interpreter (not a newer one another run already started)."""
+        async with self._starting:
+            if interp is not None and self._interp is interp:
+                self._interp = None
+        if interp is not None:
+            await interp.close()
+
+    async def aclose(self) -> None:
+        """Stop the interpreter (and with it every run still going)."""
+        async with self._starting:
+            if self._interp is not None:
+                await self._interp.close()
+                self._interp = None
+
+
+def get_sandbox(settings: SandboxSettings) -> Sandbox:
+    """The sandbox for ``settings`` on the running event loop (created on first use)."""
+    loop = asyncio.get_running_loop()
+    per_loop = _registry.setdefault(loop, {})
+    sandbox = per_loop.get(settings)
+    if sandbox is None:
+        sandbox = per_loop[settings] = Sandbox(settings)
+    return sandbox

@@ -1,0 +1,278 @@
+"""The warm interpreter that runs INSIDE the sandbox (its source is passed to ``python -I -c``).
+
+It imports the preload modules once, then serves JSON-line requests on stdin: each run is a fresh
+``fork`` (so no run sees another's state) that drops to its own unprivileged uid (when the zygote is
+root), applies the rlimits, moves into a private temp dir and executes the code with stdout / stderr in
+files. When the run ends or overruns, a reaper process with the run's uid sends SIGKILL to every process
+of that uid (``kill(-1)``), which catches setsid / double-fork escapes and background children; then the
+output is read (head + tail only) and the temp dir removed. The control pipe is closed in every child: a
+run cannot forge another run's result, and with its own uid it cannot signal the zygote or other runs.
+
+Only the standard library may be used here: this file is executed, not imported, in the sandbox.
+"""
+
+import contextlib
+import ctypes
+import json
+import linecache
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+import traceback
+
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl(option, value):
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _read_cut(path, limit):
+    """(text, total_bytes): at most ``limit`` bytes as head + tail, never the whole file in memory."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= limit:
+                return f.read().decode("utf-8", "replace"), size
+            half = limit // 2
+            head = f.read(half)
+            f.seek(size - half)
+            tail = f.read(half)
+    except OSError:
+        return "", 0
+    dropped = size - 2 * half
+    return (
+        head.decode("utf-8", "replace")
+        + f"\n... [{dropped} bytes of output omitted] ...\n"
+        + tail.decode("utf-8", "replace"),
+        size,
+    )
+
+
+class Zygote:
+    def __init__(self, config):
+        self.base = config["base_dir"]
+        os.makedirs(self.base, 0o711, exist_ok=True)
+        self.uids = list(config["uids"])  # free per-run uids (empty when not root)
+        self.runs = {}  # pid -> run info
+        self.counter = 0
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.out = os.fdopen(os.dup(1), "w", buffering=1)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 1)  # stray prints can never reach the control channel
+        os.close(devnull)
+        for uid in self.uids + list(config.get("reap_uids", [])):  # leftovers of a dead predecessor
+            self._reap_uid(uid)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def serve(self):
+        buffer = b""
+        stdin = 0
+        while True:
+            timeout = None
+            if self.runs:
+                timeout = max(0.0, min(r["deadline"] for r in self.runs.values()) - time.monotonic())
+            try:
+                ready, _, _ = select.select([stdin, self.wake_r], [], [], timeout)
+            except InterruptedError:
+                ready = []
+            if self.wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.wake_r, 4096)
+            if stdin in ready:
+                chunk = os.read(stdin, 1 << 20)
+                if not chunk:
+                    break
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    self._start(json.loads(line))
+            self._collect()
+        for pid in list(self.runs):
+            self._finish(pid, killed=True)
+
+    def _start(self, request):
+        self.counter += 1
+        uid = self.uids.pop() if self.uids else None
+        run_dir = os.path.join(self.base, f"run-{self.counter}")
+        os.mkdir(run_dir, 0o700)
+        if uid is not None:
+            os.chown(run_dir, uid, uid)
+        sys.stderr.flush()
+        self.out.flush()
+        pid = os.fork()
+        if pid == 0:
+            self._child(request, run_dir, uid)
+        self.runs[pid] = {
+            "id": request["id"],
+            "uid": uid,
+            "dir": run_dir,
+            "start": time.monotonic(),
+            "deadline": time.monotonic() + float(request["timeout_s"]),
+            "limits": request,
+        }
+
+    def _collect(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid in self.runs:
+                self._finish(pid, status=status)
+        now = time.monotonic()
+        for pid, run in list(self.runs.items()):
+            if now >= run["deadline"]:
+                self._finish(pid, killed=True)
+
+    def _finish(self, pid, status=None, killed=False):
+        run = self.runs.pop(pid)
+        duration = time.monotonic() - run["start"]
+        if run["uid"] is not None:
+            self._reap_uid(run["uid"])
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        if status is None:
+            with contextlib.suppress(ChildProcessError):
+                _, status = os.waitpid(pid, 0)
+        limit = int(run["limits"]["max_output_bytes"])
+        stdout, out_bytes = _read_cut(os.path.join(run["dir"], ".stdout"), limit)
+        stderr, err_bytes = _read_cut(os.path.join(run["dir"], ".stderr"), limit)
+        shutil.rmtree(run["dir"], ignore_errors=True)
+        if run["uid"] is not None:
+            self.uids.append(run["uid"])
+        result = {
+            "id": run["id"],
+            "stdout": stdout,
+            "stderr": stderr,
+            "truncated": max(out_bytes, err_bytes) > limit,
+            "timed_out": killed,
+            "duration_s": duration,
+            "exit_code": None,
+            "signal": None,
+        }
+        if status is not None and not killed:
+            if os.WIFEXITED(status):
+                result["exit_code"] = os.WEXITSTATUS(status)
+            elif os.WIFSIGNALED(status):
+                result["signal"] = os.WTERMSIG(status)
+        self.out.write(json.dumps(result) + "\n")
+
+    def _reap_uid(self, uid):
+        """SIGKILL every process of ``uid`` (the run and anything it spawned, detached or not)."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                # kill(-1) signals every process we may signal under the tasklist lock; a fork racing it
+                # fails once SIGKILL is pending, so two passes leave nothing of this uid alive.
+                for _ in range(2):
+                    with contextlib.suppress(OSError):
+                        os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def _child(self, request, run_dir, uid):
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setsid()
+            out = os.open(os.path.join(run_dir, ".stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            err = os.open(os.path.join(run_dir, ".stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            null = os.open(os.devnull, os.O_RDONLY)
+            if uid is not None:
+                os.fchown(out, uid, uid)
+                os.fchown(err, uid, uid)
+            os.dup2(null, 0)
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            os.closerange(3, 65536)  # the control pipe and everything else of the zygote's
+            mb = 1 << 20
+            for name, value in (
+                ("RLIMIT_CPU", int(request["cpu_seconds"])),
+                ("RLIMIT_AS", int(request["memory_mb"]) * mb),
+                ("RLIMIT_FSIZE", int(request["file_size_mb"]) * mb),
+                ("RLIMIT_NPROC", int(request["max_processes"])),
+                ("RLIMIT_CORE", 0),
+            ):
+                resource.setrlimit(getattr(resource, name), (value, value))
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
+            os.chdir(run_dir)
+            os.environ["HOME"] = os.environ["TMPDIR"] = run_dir
+            sys.stdin = open(0, closefd=False)  # noqa: SIM115
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            sys.argv = ["<code>"]
+            source = request["code"]
+            linecache.cache["<code>"] = (len(source), None, source.splitlines(True), "<code>")  # tracebacks
+            namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+            try:
+                exec(compile(source, "<code>", "exec"), namespace)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if exc.code is not None and not isinstance(exc.code, int):
+                    print(exc.code, file=sys.stderr)
+            except BaseException as exc:  # the traceback without this file's frame
+                traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
+                code = 137 if isinstance(exc, MemoryError) else 1
+        finally:
+            with contextlib.suppress(BaseException):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+
+
+def _read_line(fd):
+    """One line from ``fd`` without buffering past it (the rest belongs to select())."""
+    data = b""
+    while not data.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            raise SystemExit(0)
+        data += byte
+    return data
+
+
+def main():
+    config = json.loads(_read_line(0))
+    os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    loaded = []
+    for name in config.get("preload", []):
+        try:
+            __import__(name)
+            loaded.append(name)
+        except Exception:
+            pass
+    zygote = Zygote(config)
+    zygote.out.write(json.dumps({"ready": True, "preloaded": loaded, "uid": os.getuid()}) + "\n")
+    zygote.serve()
+
+
+if __name__ == "__main__":
+    main()
