@@ -15,7 +15,7 @@ import site
 import sys
 from pathlib import Path
 
-__all__ = ["BACKENDS", "command", "sandbox_env"]
+__all__ = ["BACKENDS", "command", "python_roots", "sandbox_env"]
 
 BACKENDS = ("bwrap", "unshare", "limits")
 _ZYGOTE_SOURCE = (Path(__file__).with_name("_zygote.py")).read_text()
@@ -37,7 +37,7 @@ def sandbox_env() -> dict[str, str]:
     }
 
 
-def _python_roots() -> list[str]:
+def python_roots() -> list[str]:
     """Directories the interpreter and its site-packages live in (bound read-only into bwrap)."""
     candidates = {
         sys.prefix,
@@ -70,7 +70,10 @@ def _bwrap_args(root: bool) -> list[str]:
             args += ["--ro-bind", top, top]
     for etc in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
         args += ["--ro-bind-try", etc, etc]
-    for path in _python_roots():
+    roots = python_roots()
+    for parent in sorted({str(p) for r in roots for p in Path(r).parents if str(p) != "/"}):
+        args += ["--perms", "0755", "--dir", parent]  # traversable by the run uid (e.g. /root for pyenv)
+    for path in roots:
         args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp", "--"]
     return args

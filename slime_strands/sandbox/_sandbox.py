@@ -16,12 +16,12 @@ import logging
 import os
 import random
 import shutil
-import tempfile
+import sys
 import weakref
 from typing import Any
 
 from ..settings import SandboxSettings
-from ._backends import BACKENDS, command, sandbox_env
+from ._backends import BACKENDS, command, python_roots, sandbox_env
 from ._result import ExecutionResult
 
 __all__ = ["Sandbox", "SandboxUnavailableError", "get_sandbox"]
@@ -33,11 +33,17 @@ _HOST_GRACE_S = 10.0  # beyond the run's own timeout before the interpreter coun
 _BYTES_PER_CHAR = 4
 _PROBE = "print(6 * 7)"
 _working_backend: dict[str, str] = {}  # requested backend -> the one that worked (probed once per process)
-_warned_limits_only = False
+_warned: set[str] = set()
 _orphan_uids: set[int] = set()  # run uids of dead interpreters: reaped by the next one (limits-only)
 _registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[SandboxSettings, Sandbox]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning(message)
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -47,8 +53,9 @@ class SandboxUnavailableError(RuntimeError):
 class _Interpreter:
     """One warm zygote process and its request / response pipe."""
 
-    def __init__(self, backend: str, proc: asyncio.subprocess.Process, uids: list[int], base: str | None):
-        self.backend, self.proc, self.uids, self.host_dir = backend, proc, uids, base
+    def __init__(self, backend: str, proc: asyncio.subprocess.Process, uids: list[int]) -> None:
+        self.backend, self.proc, self.uids = backend, proc, uids
+        self.host_dir: str | None = None  # the run dirs' parent on the host (removed if we kill it)
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ids = itertools.count()
         self.stderr: collections.deque[str] = collections.deque(maxlen=20)
@@ -65,12 +72,8 @@ class _Interpreter:
         if root:
             first = random.randrange(2_000_000, 2_000_000_000)
             uids = list(range(first, first + concurrency))
-        host_dir = None
-        if backend == "bwrap":
-            base = "/tmp/runs"  # inside the sandbox's private tmpfs
-        else:
-            host_dir = base = tempfile.mkdtemp(prefix="slime-strands-sandbox-")
-            os.chmod(base, 0o711)
+        private_tmp = {"bwrap": "chmod", "unshare": "mount" if root else None}.get(backend)
+        base = "/tmp/runs" if private_tmp else None  # None: the interpreter makes (and removes) a temp dir
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.PIPE,
@@ -80,7 +83,7 @@ class _Interpreter:
             start_new_session=True,
             limit=1 << 26,
         )
-        interp = cls(backend, proc, uids, host_dir)
+        interp = cls(backend, proc, uids)
         interp.drain = asyncio.ensure_future(interp._drain_stderr())
         reap = sorted(_orphan_uids) if backend == "limits" else []
         config = {
@@ -88,14 +91,25 @@ class _Interpreter:
             "uids": uids,
             "preload": list(settings.preload_modules) if settings.prewarm else [],
             "reap_uids": reap,
+            "private_tmp": private_tmp,
+            "python_roots": python_roots(),
         }
         try:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(json.dumps(config).encode() + b"\n")
             await proc.stdin.drain()
             line = await asyncio.wait_for(proc.stdout.readline(), _START_TIMEOUT_S)
-            if not line or not json.loads(line).get("ready"):
+            ready = json.loads(line) if line else {}
+            if not ready.get("ready"):
                 raise SandboxUnavailableError(f"{backend}: interpreter did not start: {interp.last_stderr()}")
+            if not private_tmp:
+                interp.host_dir = ready.get("base_dir")
+            if ready.get("stdlib_private") and uids:
+                _warn_once(
+                    f"slime-strands sandbox ({backend}): the Python installation ({sys.base_prefix}) is not "
+                    "readable by the unprivileged run uid, so runs can import only preloaded modules; use the "
+                    "bwrap or unshare backend, or install Python outside a private directory such as /root"
+                )
             _orphan_uids.difference_update(reap)
             interp.reader = asyncio.ensure_future(interp._read_results())
             probe = await interp.request(_PROBE, settings)
@@ -164,10 +178,16 @@ class _Interpreter:
     async def close(self) -> None:
         if self.backend == "limits" and self.uids:
             _orphan_uids.update(self.uids)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.proc.wait(), 10)
+        # EOF first: the interpreter kills its runs, removes their files and exits; then signals.
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        for stop in (None, self.proc.terminate, self.proc.kill):
+            if stop is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    stop()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 2)
+                break
         for task in (self.reader, self.drain):
             if task is not None:
                 task.cancel()
@@ -204,7 +224,6 @@ class Sandbox:
             return self._interp
 
     async def _start(self) -> _Interpreter:
-        global _warned_limits_only
         wanted = self.settings.backend
         order = [wanted] if wanted != "auto" else [_working_backend.get("auto", "bwrap"), *BACKENDS]
         errors = []
@@ -214,14 +233,12 @@ class Sandbox:
             except SandboxUnavailableError as exc:
                 errors.append(str(exc))
                 continue
-            if backend == "limits" and not _warned_limits_only:
-                _warned_limits_only = True
-                logger.warning(
-                    "slime-strands sandbox: NO namespace isolation available (%s); model-written code runs "
-                    "with rlimits, a separate uid and a scrubbed environment only: it can read world-readable "
-                    "host files and use the network. Install bubblewrap (apt-get install bubblewrap) or allow "
-                    "unprivileged namespaces.",
-                    "; ".join(errors) or "backend=limits",
+            if backend == "limits":
+                _warn_once(
+                    f"slime-strands sandbox: NO namespace isolation ({'; '.join(errors) or 'backend=limits'}); "
+                    "model-written code runs with rlimits, a separate uid and a scrubbed environment only: it "
+                    "can read world-readable host files and use the network. Install bubblewrap "
+                    "(apt-get install bubblewrap) or allow unprivileged namespaces."
                 )
             _working_backend[wanted] = backend
             return interp

@@ -21,11 +21,13 @@ import select
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 32, 4096, 16384
 
 
 def _prctl(option, value):
@@ -55,10 +57,54 @@ def _read_cut(path, limit):
     )
 
 
+def _mount(source, target, fstype, flags, data=None):
+    libc = ctypes.CDLL(None, use_errno=True)
+    encode = lambda value: value.encode() if value else None  # noqa: E731
+    if libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {target!r} failed")
+
+
+def _expose_python(roots):
+    """Make the interpreter readable by run uids when it lives under a private dir (pyenv in /root).
+
+    Each such root is bind-mounted aside, its private ancestor is covered with an empty tmpfs (hiding the
+    rest of it, e.g. /root's files) and the root is bound back read-only at its own path.
+    """
+    blocked = {}
+    for root in roots:
+        parents = [p for p in _ancestors(root) if not os.stat(p).st_mode & 0o001]
+        if parents:
+            blocked[root] = parents[0]
+    for i, root in enumerate(blocked):
+        staging = f"/tmp/.python-{i}"
+        os.mkdir(staging, 0o755)
+        _mount(root, staging, None, _MS_BIND | _MS_REC)
+    for top in sorted(set(blocked.values())):
+        _mount("tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    for i, root in enumerate(blocked):
+        os.makedirs(root, 0o755, exist_ok=True)
+        _mount(f"/tmp/.python-{i}", root, None, _MS_BIND | _MS_REC)
+        _mount(None, root, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+
+
+def _ancestors(path):
+    """``/a``, ``/a/b``, ... up to ``path``'s parent (outermost first)."""
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 class Zygote:
     def __init__(self, config):
-        self.base = config["base_dir"]
+        self.own_base = config["base_dir"] is None  # no private /tmp: a temp dir of ours, removed at exit
+        self.base = tempfile.mkdtemp(prefix="slime-strands-sandbox-") if self.own_base else config["base_dir"]
+        private_tmp = config.get("private_tmp")
+        if private_tmp == "mount":  # our own mount namespace (unshare): hide the host's /tmp
+            _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0711")
+            _expose_python(config.get("python_roots", []))
+        elif private_tmp == "chmod":  # bwrap's tmpfs: runs write only in their own directory
+            os.chmod("/tmp", 0o711)
         os.makedirs(self.base, 0o711, exist_ok=True)
+        os.chmod(self.base, 0o711)
         self.uids = list(config["uids"])  # free per-run uids (empty when not root)
         self.runs = {}  # pid -> run info
         self.counter = 0
@@ -76,6 +122,16 @@ class Zygote:
     # -- requests ----------------------------------------------------------------------------
 
     def serve(self):
+        try:
+            self._serve()
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for pid in list(self.runs):
+                self._finish(pid, killed=True)
+            if self.own_base:
+                shutil.rmtree(self.base, ignore_errors=True)
+
+    def _serve(self):
         buffer = b""
         stdin = 0
         while True:
@@ -98,8 +154,6 @@ class Zygote:
                     line, buffer = buffer.split(b"\n", 1)
                     self._start(json.loads(line))
             self._collect()
-        for pid in list(self.runs):
-            self._finish(pid, killed=True)
 
     def _start(self, request):
         self.counter += 1
@@ -261,7 +315,9 @@ def main():
     config = json.loads(_read_line(0))
     os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # Host gone or closing us: SIGTERM unwinds serve(), which kills the runs and removes their files.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     loaded = []
     for name in config.get("preload", []):
         try:
@@ -270,7 +326,10 @@ def main():
         except Exception:
             pass
     zygote = Zygote(config)
-    zygote.out.write(json.dumps({"ready": True, "preloaded": loaded, "uid": os.getuid()}) + "\n")
+    stdlib = os.path.dirname(os.__file__)
+    private = any(not os.stat(p).st_mode & 0o001 for p in _ancestors(stdlib + "/os.py"))
+    ready = {"ready": True, "preloaded": loaded, "base_dir": zygote.base, "stdlib_private": private}
+    zygote.out.write(json.dumps(ready) + "\n")
     zygote.serve()
 
 
