@@ -1,0 +1,326 @@
+"""The sandbox against hostile code, on every backend this machine has; plus normal use and the tool.
+
+Containment differs by backend and the tests say so: ``bwrap`` hides host files and the network,
+``unshare`` hides the network (host files stay readable where world-readable), ``limits`` isolates by
+uid and rlimits only. Whatever the backend, the caller keeps working and nothing outlives a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from slime_strands.sandbox import Sandbox, execute_python_code, run_python
+from slime_strands.sandbox._backends import command
+from slime_strands.settings import SandboxSettings
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = os.geteuid() == 0
+PROJECT_FILE = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def _backend_params():
+    params = []
+    for backend in ("bwrap", "unshare", "limits"):
+        missing = command(backend, root=ROOT) is None
+        marks = [pytest.mark.skipif(missing, reason=f"{backend} is not installed (CI installs bubblewrap)")]
+        params.append(pytest.param(backend, marks=marks, id=backend))
+    return params
+
+
+@pytest.fixture(params=_backend_params())
+async def sandbox(request):
+    box = Sandbox(SandboxSettings(backend=request.param, timeout_s=3.0, cpu_seconds=5, memory_mb=512))
+    first = await box.run("print('ready')")
+    if first.error and request.param != "limits":
+        pytest.skip(f"{request.param} cannot create namespaces here: {first.error}")
+    assert first.stdout == "ready\n", first
+    yield box
+    await box.aclose()
+
+
+def _uid_processes(uids) -> list[int]:
+    """Host pids owned by the sandbox's run uids (the host sees every namespace's processes)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        real_uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+        if real_uid in uids:
+            found.append(int(entry.name))
+    return found
+
+
+def _zombie_children() -> list[int]:
+    zombies = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            zombies.append(int(entry.name))
+    return zombies
+
+
+async def _nothing_left(box: Sandbox) -> None:
+    uids = set(box._interp.uids)
+    assert uids or not ROOT
+    for _ in range(50):
+        if not _uid_processes(uids):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"processes of run uids survived: {_uid_processes(uids)}")
+
+
+# -- normal use -------------------------------------------------------------------------------------
+
+
+async def test_print_traceback_and_model_text(sandbox):
+    result = await sandbox.run("print('hello')\nprint(21 * 2)")
+    assert result.ok and result.stdout == "hello\n42\n" and result.to_model_text() == "hello\n42"
+    result = await sandbox.run("x = 1\ny = x / 0")
+    assert result.exit_code == 1 and not result.ok
+    text = result.to_model_text()
+    assert 'File "<code>", line 2' in text and "y = x / 0" in text and "ZeroDivisionError" in text
+    assert "[exit code 1]" in text and "_zygote" not in text and "<string>" not in text
+    assert (await sandbox.run("x = 1")).to_model_text().startswith("[no output")
+    assert (await sandbox.run("import sys; sys.exit(3)")).exit_code == 3
+
+
+async def test_numpy_and_sympy(sandbox):
+    code = "import numpy as np, sympy as sp\nprint(int(np.arange(10).sum()), sp.factorint(2**32 + 1))"
+    result = await sandbox.run(code)
+    assert result.stdout.strip() == "45 {641: 1, 6700417: 1}", result
+
+
+async def test_runs_do_not_share_state(sandbox):
+    await sandbox.run(
+        "import json, os\njson.leak = 1\nos.environ['LEAK'] = '1'\nopen('mine.txt', 'w').write('x')"
+    )
+    result = await sandbox.run(
+        "import json, os\nprint(hasattr(json, 'leak'), 'LEAK' in os.environ, sorted(os.listdir('.')))"
+    )
+    assert result.stdout.strip() == "False False ['.stderr', '.stdout']", result
+    assert "mine.txt" not in result.stdout
+
+
+# -- hostile code -----------------------------------------------------------------------------------
+
+
+async def test_host_files(sandbox):
+    code = (
+        "import os\n"
+        f"for path in ['/etc/shadow', '/root/.bashrc', {str(PROJECT_FILE)!r}]:\n"
+        "    try:\n"
+        "        open(path).read(1); print(path, 'READ')\n"
+        "    except OSError as exc:\n"
+        "        print(path, type(exc).__name__)\n"
+        "try:\n"
+        "    print('/root', os.listdir('/root'))\n"
+        "except OSError as exc:\n"
+        "    print('/root', type(exc).__name__)\n"
+    )
+    out = (await sandbox.run(code)).stdout
+    assert "/etc/shadow READ" not in out and "/root/.bashrc READ" not in out
+    if ROOT:  # the host's /root is hidden or unreadable (at most the Python it holds is visible)
+        visible = {"PermissionError", "FileNotFoundError", "[]", "['.pyenv']"}
+        assert any(f"/root {v}" in out for v in visible), out
+    if sandbox.backend == "bwrap":  # the project is not even mounted
+        assert f"{PROJECT_FILE} READ" not in out
+
+
+async def test_writes_outside_the_run_dir(sandbox):
+    targets = ["/usr/pwned", "/etc/pwned", str(PROJECT_FILE.parent / "pwned")]
+    if sandbox.backend != "limits":
+        targets.append("/tmp/pwned")  # private /tmp: runs may only write their own directory
+    code = "import os\n" + "".join(
+        f"try:\n    open({t!r}, 'w').write('x'); print('WROTE', {t!r})\nexcept OSError as e:\n    print('denied')\n"
+        for t in targets
+    )
+    result = await sandbox.run(code)
+    assert "WROTE" not in result.stdout and result.stdout.count("denied") == len(targets), result
+    assert not (PROJECT_FILE.parent / "pwned").exists() and not Path("/usr/pwned").exists()
+
+
+async def test_network(sandbox):
+    if sandbox.backend == "limits":
+        pytest.skip("the limits-only backend has no network namespace (documented)")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    try:
+        code = (
+            "import socket\n"
+            f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1); print('CONNECTED')\n"
+            "except OSError as exc:\n    print('blocked', type(exc).__name__)\n"
+            "try:\n    socket.getaddrinfo('pypi.org', 443); print('RESOLVED')\n"
+            "except OSError as exc:\n    print('blocked', type(exc).__name__)\n"
+        )
+        result = await sandbox.run(code)
+    finally:
+        listener.close()
+    assert result.stdout.count("blocked") == 2, result
+
+
+async def test_fork_bomb(sandbox):
+    if not ROOT and sandbox.backend == "limits":
+        pytest.skip("without root there is no per-run uid or pid namespace to bound a fork bomb")
+    started = time.monotonic()
+    result = await sandbox.run(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    )
+    assert result.timed_out and time.monotonic() - started < 10
+    await _nothing_left(sandbox)
+    assert (await sandbox.run("print('alive')")).stdout == "alive\n"
+
+
+async def test_memory_bomb(sandbox):
+    result = await sandbox.run("x = bytearray(4 * 1024**3)")
+    assert result.memory_exceeded and "[memory limit exceeded (512 MiB)]" in result.to_model_text()
+    result = await sandbox.run("chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024**2))")
+    assert result.memory_exceeded, result
+    assert (await sandbox.run("print('alive')")).stdout == "alive\n"
+
+
+async def test_infinite_loop_and_cpu_limit(sandbox):
+    started = time.monotonic()
+    result = await sandbox.run("while True:\n    pass")
+    elapsed = time.monotonic() - started
+    assert result.timed_out and result.exit_code is None and 2.9 < elapsed < 8
+    assert "[timeout: killed after 3.0 s]" in result.to_model_text()
+    tight = SandboxSettings(backend=sandbox.settings.backend, timeout_s=10, cpu_seconds=1)
+    cpu = await run_python("while True:\n    pass", tight)
+    assert not cpu.timed_out and cpu.signal is not None and cpu.duration_s < 5
+    assert "CPU time limit" in cpu.to_model_text() or "SIGKILL" in cpu.to_model_text()
+
+
+async def test_background_child_and_escapes_die_with_the_run(sandbox):
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"  # a background child
+        "    time.sleep(60)\n"
+        "if os.fork() == 0:\n"  # setsid + double fork: a daemon
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "print('spawned')\n"
+    )
+    result = await sandbox.run(code)
+    assert result.stdout == "spawned\n"
+    await _nothing_left(sandbox)
+    result = await sandbox.run(code.replace("print('spawned')\n", "time.sleep(60)\n"))  # and on timeout
+    assert result.timed_out
+    await _nothing_left(sandbox)
+
+
+async def test_killing_the_parent_does_not_break_the_sandbox(sandbox):
+    pid = sandbox._interp.proc.pid
+    code = (
+        "import os, signal\n"
+        "for target in (os.getppid(), 1, -1):\n"
+        "    try:\n        os.kill(target, signal.SIGKILL)\n    except OSError as exc:\n        print(type(exc).__name__)\n"
+    )
+    await sandbox.run(code)
+    assert (await sandbox.run("print('alive')")).stdout == "alive\n"
+    if ROOT:  # its own uid cannot signal the interpreter: the same one still serves
+        assert sandbox._interp.proc.pid == pid
+
+
+async def test_huge_output_is_bounded(sandbox):
+    result = await sandbox.run("for i in range(2_000_000):\n    print(i)")
+    assert result.output_truncated and result.exit_code == 0
+    assert result.stdout.startswith("0\n1\n2\n") and result.stdout.rstrip().endswith("1999999")
+    text = result.to_model_text(8000)
+    assert len(text) <= 8000 and "[output limit" in text and "omitted" in text
+    result = await sandbox.run("import sys\nsys.stdout.write('x' * 100_000_000)")  # beyond file_size_mb
+    assert result.output_truncated and len(result.stdout) < 100_000
+    assert (await sandbox.run("print('alive')")).stdout == "alive\n"
+
+
+async def test_host_environment_is_invisible(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "secret-wandb-123")
+    monkeypatch.setenv("HF_TOKEN", "secret-hf-456")
+    box = Sandbox(SandboxSettings(timeout_s=3))  # started after the secrets exist
+    try:
+        code = (
+            "import os\nprint(sorted(os.environ))\n"
+            f"try:\n    print(open('/proc/{os.getpid()}/environ').read())\nexcept OSError as e:\n    print('no')\n"
+        )
+        result = await box.run(code)
+    finally:
+        await box.aclose()
+    assert "secret" not in result.stdout and "WANDB" not in result.stdout and "HF_TOKEN" not in result.stdout
+
+
+async def test_many_concurrent_runs(sandbox):
+    results = await asyncio.gather(*(sandbox.run(f"print({i} * {i})") for i in range(50)))
+    assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(50)]
+
+
+async def test_event_loop_is_not_blocked(sandbox):
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    await sandbox.run("import time\ntime.sleep(1)")
+    task.cancel()
+    assert ticks > 50
+
+
+async def test_dead_interpreter_is_replaced(sandbox):
+    sandbox._interp.proc.kill()
+    await sandbox._interp.proc.wait()
+    result = await sandbox.run("print('back')")
+    assert result.stdout == "back\n" or result.error  # in flight when it died: an error result, no raise
+    assert (await sandbox.run("print('back')")).stdout == "back\n"
+
+
+async def test_no_leaks_after_many_runs(sandbox):
+    await sandbox.run("print(0)")
+    fds = len(os.listdir("/proc/self/fd"))
+    for i in range(0, 300, 30):
+        await asyncio.gather(*(sandbox.run(f"print({j})") for j in range(i, i + 30)))
+    assert len(os.listdir("/proc/self/fd")) <= fds + 2
+    assert not _zombie_children()  # the interpreter reaps its runs; we reap the interpreter
+    base = sandbox._interp.host_dir
+    if base:
+        assert os.listdir(base) == []  # every run dir removed
+    await sandbox.aclose()
+    if base:
+        assert not os.path.exists(base)
+
+
+# -- the tool ---------------------------------------------------------------------------------------
+
+
+async def test_execute_python_code_tool():
+    spec = execute_python_code.tool_spec
+    assert spec["name"] == "execute_python_code"
+    assert spec["inputSchema"]["json"]["required"] == ["code"]
+    text = await execute_python_code(code="import sympy\nprint(sympy.isprime(2**31 - 1))")
+    assert text == "True"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+async def test_auto_prefers_bwrap():
+    result = await run_python("print(1)", SandboxSettings(backend="auto"))
+    assert result.backend == "bwrap" or result.error is None
