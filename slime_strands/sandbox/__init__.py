@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from strands import tool
 
@@ -75,7 +76,7 @@ async def _run_with_camel(code: str, settings: SandboxSettings) -> ExecutionResu
 
 
 @tool
-async def execute_python_code(code: str) -> str:
+async def execute_python_code(code: str) -> dict[str, Any]:
     """Execute a Python 3 program and return what it printed (stdout, then stderr / traceback).
 
     numpy and sympy are available. Use print() to see results: the value of the last expression is not
@@ -86,4 +87,8 @@ async def execute_python_code(code: str) -> str:
         code: the complete Python program to run.
     """
     result = await run_python(code)
-    return result.to_model_text(_settings.max_output_chars)
+    # A raise, timeout or kill is a tool error (counted in the rollout metrics); the model sees the same text.
+    return {
+        "status": "success" if result.ok else "error",
+        "content": [{"text": result.to_model_text(_settings.max_output_chars)}],
+    }

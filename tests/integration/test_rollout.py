@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import json
 import sys
 import types
 import uuid
@@ -377,3 +378,31 @@ async def test_metrics_aggregate_real_episodes(server):
     assert 0 < m["cache_hit_rate"] < 1 and 0 < m["tool_token_share"] < 1
     assert m["response_tokens_mean"] == pytest.approx(sum(s.response_length for s in samples) / 3)
     assert m["generation_time_s_mean"] > 0 and m["wall_time_s_max"] >= m["wall_time_s_p50"] > 0
+
+
+def _python_call(code: str) -> str:
+    payload = json.dumps({"name": "execute_python_code", "arguments": {"code": code}})
+    return f"<tool_call>\n{payload}\n</tool_call>"
+
+
+async def test_default_math_agent_runs_code_in_the_sandbox(server):
+    """The shipped tool end to end: sympy output and a runaway loop both come back as tool responses."""
+    args = make_args(
+        server,
+        strands={"tools": ["slime_strands.sandbox.execute_python_code"], "sandbox": {"timeout_s": 2.0}},
+    )
+    sample = new_sample("Factor 1001.")
+    out = await run(
+        server,
+        args,
+        sample,
+        _python_call("import sympy\nprint(sympy.factorint(1001))"),
+        _python_call("while True:\n    pass"),
+        "Answer: \\boxed{5}",
+    )
+    assert out.status == Sample.Status.COMPLETED
+    assert "<tool_response>\n{7: 1, 11: 1, 13: 1}\n</tool_response>" in out.response
+    assert "[timeout: killed after 2.0 s]" in out.response
+    meta = strands_meta(out)
+    assert meta["tool_calls"] == 2 and meta["tool_errors"] == 1 and meta["tool_time_s"] >= 2.0
+    assert out.non_generation_time >= 2.0

@@ -316,8 +316,10 @@ async def test_execute_python_code_tool():
     spec = execute_python_code.tool_spec
     assert spec["name"] == "execute_python_code"
     assert spec["inputSchema"]["json"]["required"] == ["code"]
-    text = await execute_python_code(code="import sympy\nprint(sympy.isprime(2**31 - 1))")
-    assert text == "True"
+    ok = await execute_python_code(code="import sympy\nprint(sympy.isprime(2**31 - 1))")
+    assert ok == {"status": "success", "content": [{"text": "True"}]}
+    failed = await execute_python_code(code="raise ValueError('bad input')")
+    assert failed["status"] == "error" and "ValueError: bad input" in failed["content"][0]["text"]
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
