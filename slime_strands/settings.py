@@ -70,7 +70,8 @@ class SandboxSettings:
     concurrency: int | None = None
     """Executions running at once per process; ``None`` means the number of CPUs."""
     prewarm: bool = True
-    """Keep a warm interpreter (with ``preload_modules`` imported) that forks an isolated child per run."""
+    """Import ``preload_modules`` once in the interpreter every run is forked from (runs skip that import
+    time); ``false``: each run imports what it uses."""
     preload_modules: tuple[str, ...] = ("numpy", "sympy")
     """Modules imported once in the warm interpreter so runs do not pay their import time."""
 
