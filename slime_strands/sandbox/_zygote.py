@@ -105,7 +105,9 @@ class Zygote:
             os.chmod("/tmp", 0o711)
         os.makedirs(self.base, 0o711, exist_ok=True)
         os.chmod(self.base, 0o711)
-        self.uids = list(config["uids"])  # free per-run uids (empty when not root)
+        self.uids = list(config["uids"])  # free per-run uids (none when not root)
+        self.use_uids = bool(self.uids)
+        self.waiting = []  # requests waiting for a free uid: never run as root instead
         self.runs = {}  # pid -> run info
         self.counter = 0
         self.wake_r, self.wake_w = os.pipe()
@@ -126,6 +128,7 @@ class Zygote:
             self._serve()
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self.waiting.clear()
             for pid in list(self.runs):
                 self._finish(pid, killed=True)
             if self.own_base:
@@ -156,8 +159,11 @@ class Zygote:
             self._collect()
 
     def _start(self, request):
+        if self.use_uids and not self.uids:
+            self.waiting.append(request)
+            return
         self.counter += 1
-        uid = self.uids.pop() if self.uids else None
+        uid = self.uids.pop() if self.use_uids else None
         run_dir = os.path.join(self.base, f"run-{self.counter}")
         os.mkdir(run_dir, 0o700)
         if uid is not None:
@@ -208,6 +214,8 @@ class Zygote:
         shutil.rmtree(run["dir"], ignore_errors=True)
         if run["uid"] is not None:
             self.uids.append(run["uid"])
+            if self.waiting:
+                self._start(self.waiting.pop(0))
         result = {
             "id": run["id"],
             "stdout": stdout,

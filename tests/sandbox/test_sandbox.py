@@ -326,3 +326,19 @@ async def test_execute_python_code_tool():
 async def test_auto_prefers_bwrap():
     result = await run_python("print(1)", SandboxSettings(backend="auto"))
     assert result.backend == "bwrap" or result.error is None
+
+
+@pytest.mark.skipif(not ROOT, reason="per-run uids need root")
+async def test_runs_beyond_the_uid_pool_wait_instead_of_running_as_root():
+    box = Sandbox(SandboxSettings(concurrency=1, timeout_s=5))
+    try:
+        await box.run("print(1)")
+        interp = box._interp
+        code = "import os, time\ntime.sleep(0.2)\nprint(os.getuid())"
+        replies = await asyncio.gather(
+            *(interp.request(code, box.settings) for _ in range(3))
+        )  # no host bound
+    finally:
+        await box.aclose()
+    uids = {int(r["stdout"]) for r in replies}
+    assert uids == set(interp.uids) and 0 not in uids
