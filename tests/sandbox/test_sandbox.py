@@ -342,3 +342,9 @@ async def test_runs_beyond_the_uid_pool_wait_instead_of_running_as_root():
         await box.aclose()
     uids = {int(r["stdout"]) for r in replies}
     assert uids == set(interp.uids) and 0 not in uids
+
+
+async def test_camel_backend_for_parity():
+    pytest.importorskip("camel.interpreters", reason="camel-ai is an optional extra (slime-strands[camel])")
+    result = await run_python("print(6 * 7)", SandboxSettings(backend="camel", timeout_s=10))
+    assert result.backend == "camel" and "42" in result.stdout
