@@ -54,8 +54,8 @@ def python_roots() -> list[str]:
     return roots
 
 
-def _bwrap_args(root: bool) -> list[str]:
-    args = ["bwrap", "--die-with-parent", "--new-session"]
+def _bwrap_args(bwrap: str, root: bool) -> list[str]:
+    args = [bwrap, "--die-with-parent", "--new-session"]
     if root:
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
         for cap in _BWRAP_CAPS:
@@ -83,13 +83,15 @@ def command(backend: str, *, root: bool) -> list[str] | None:
     """argv that starts the zygote under ``backend``; None if the tool it needs is not installed."""
     python = [sys.executable, "-I", "-c", _ZYGOTE_SOURCE]
     if backend == "bwrap":
-        return _bwrap_args(root) + python if shutil.which("bwrap") else None
+        bwrap = shutil.which("bwrap")
+        return _bwrap_args(bwrap, root) + python if bwrap else None
     if backend == "unshare":
-        if not shutil.which("unshare"):
+        unshare = shutil.which("unshare")
+        if not unshare:
             return None
         user = [] if root else ["--user", "--map-root-user"]
         flags = ["--net", "--pid", "--fork", "--mount-proc", "--ipc", "--uts", "--kill-child"]
-        return ["unshare", *user, *flags, "--", *python]
+        return [unshare, *user, *flags, "--", *python]
     if backend == "limits":
         return python
     raise ValueError(f"unknown sandbox backend {backend!r}")

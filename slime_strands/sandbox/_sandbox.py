@@ -50,6 +50,10 @@ class SandboxUnavailableError(RuntimeError):
     """No isolation backend could start (or the requested one cannot)."""
 
 
+class _StartFailed(Exception):
+    """A backend's interpreter did not come up (reported as SandboxUnavailableError)."""
+
+
 class _Interpreter:
     """One warm zygote process and its request / response pipe."""
 
@@ -74,15 +78,18 @@ class _Interpreter:
             uids = list(range(first, first + concurrency))
         private_tmp = {"bwrap": "chmod", "unshare": "mount" if root else None}.get(backend)
         base = "/tmp/runs" if private_tmp else None  # None: the interpreter makes (and removes) a temp dir
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=sandbox_env(),
-            start_new_session=True,
-            limit=1 << 26,
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=sandbox_env(),
+                start_new_session=True,
+                limit=1 << 26,
+            )
+        except OSError as exc:
+            raise SandboxUnavailableError(f"{backend}: cannot start: {exc}") from exc
         interp = cls(backend, proc, uids)
         interp.drain = asyncio.ensure_future(interp._drain_stderr())
         reap = sorted(_orphan_uids) if backend == "limits" else []
@@ -101,7 +108,7 @@ class _Interpreter:
             line = await asyncio.wait_for(proc.stdout.readline(), _START_TIMEOUT_S)
             ready = json.loads(line) if line else {}
             if not ready.get("ready"):
-                raise SandboxUnavailableError(f"{backend}: interpreter did not start: {interp.last_stderr()}")
+                raise _StartFailed("the interpreter did not start")
             if not private_tmp:
                 interp.host_dir = ready.get("base_dir")
             if ready.get("stdlib_private") and uids:
@@ -114,11 +121,15 @@ class _Interpreter:
             interp.reader = asyncio.ensure_future(interp._read_results())
             probe = await interp.request(_PROBE, settings)
             if probe.get("stdout", "").strip() != "42":
-                raise SandboxUnavailableError(f"{backend}: probe run failed: {probe} {interp.last_stderr()}")
+                raise _StartFailed(f"the probe run failed: {probe}")
         except BaseException as exc:
-            await interp.close()
-            if isinstance(exc, (OSError, ValueError, asyncio.TimeoutError, ConnectionError)):
-                raise SandboxUnavailableError(f"{backend}: {exc!r} {interp.last_stderr()}") from exc
+            await interp.close()  # first: the interpreter's last words reach last_stderr()
+            if isinstance(
+                exc, (_StartFailed, SandboxUnavailableError, OSError, ValueError, asyncio.TimeoutError)
+            ):
+                raise SandboxUnavailableError(
+                    f"{backend}: {exc} ({interp.last_stderr() or 'no message'})"
+                ) from exc
             raise
         return interp
 
@@ -188,6 +199,9 @@ class _Interpreter:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.proc.wait(), 2)
                 break
+        if self.drain is not None:  # the process is gone: its stderr ends promptly
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self.drain, 1)
         for task in (self.reader, self.drain):
             if task is not None:
                 task.cancel()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_strands.sandbox import Sandbox, execute_python_code, run_python
+from slime_strands.sandbox import Sandbox, _sandbox, execute_python_code, run_python
 from slime_strands.sandbox._backends import command
 from slime_strands.settings import SandboxSettings
 
@@ -348,3 +348,20 @@ async def test_camel_backend_for_parity():
     pytest.importorskip("camel.interpreters", reason="camel-ai is an optional extra (slime-strands[camel])")
     result = await run_python("print(6 * 7)", SandboxSettings(backend="camel", timeout_s=10))
     assert result.backend == "camel" and "42" in result.stdout
+
+
+async def test_refused_namespaces_fall_back_with_the_reason(tmp_path, monkeypatch, caplog):
+    """Like bwrap in an unprivileged container: auto moves on; an explicit bwrap says why it cannot run."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(_sandbox, "_working_backend", {})
+    explicit = await run_python("print(1)", SandboxSettings(backend="bwrap", timeout_s=3))
+    assert explicit.error and "No permissions to create new namespace" in explicit.error
+    box = Sandbox(SandboxSettings(backend="auto", timeout_s=3))
+    try:
+        result = await box.run("print(1)")
+    finally:
+        await box.aclose()
+    assert result.stdout == "1\n" and result.backend in ("unshare", "limits")
