@@ -283,6 +283,7 @@ class Sandbox:
             backend=interp.backend,
             timeout_s=settings.timeout_s,
             memory_mb=settings.memory_mb,
+            error=reply.get("error"),
         )
 
     def _error(self, message: str) -> ExecutionResult:

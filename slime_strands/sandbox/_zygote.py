@@ -155,7 +155,13 @@ class Zygote:
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
-                    self._start(json.loads(line))
+                    request = json.loads(line)
+                    try:
+                        self._start(request)
+                    except OSError as exc:  # fork / mkdir refused (e.g. out of memory): this run fails
+                        self.out.write(
+                            json.dumps({"id": request["id"], "error": f"cannot start: {exc}"}) + "\n"
+                        )
             self._collect()
 
     def _start(self, request):
