@@ -65,6 +65,9 @@ class SandboxSettings:
     """RLIMIT_FSIZE: largest file the code may write, in MiB."""
     max_processes: int = 32
     """Most processes/threads the code may have alive (enforced with a pid namespace where available)."""
+    tmp_size_mb: int = 1024
+    """Size of the private, RAM-backed /tmp holding every run's directory (bwrap, unshare): bounds what
+    hostile code can write in total, where ``file_size_mb`` bounds one file."""
     max_output_chars: int = 8000
     """Characters of stdout+stderr shown to the model (head + tail with a marker when longer)."""
     concurrency: int | None = None
@@ -83,6 +86,7 @@ class SandboxSettings:
             "cpu_seconds",
             "memory_mb",
             "file_size_mb",
+            "tmp_size_mb",
             "max_processes",
             "max_output_chars",
         ):

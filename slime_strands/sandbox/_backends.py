@@ -9,9 +9,11 @@ and a private temp dir only). Every backend runs each snippet as an unprivileged
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import site
+import subprocess
 import sys
 from pathlib import Path
 
@@ -54,7 +56,17 @@ def python_roots() -> list[str]:
     return roots
 
 
-def _bwrap_args(bwrap: str, root: bool) -> list[str]:
+@functools.cache
+def _bwrap_has_size(bwrap: str) -> bool:
+    """``--size`` for tmpfs arrived in bubblewrap 0.7; older ones get an unbounded /tmp rather than none."""
+    try:
+        help_text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--size" in help_text
+
+
+def _bwrap_args(bwrap: str, root: bool, tmp_bytes: int) -> list[str]:
     args = [bwrap, "--die-with-parent", "--new-session"]
     if root:
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
@@ -75,16 +87,19 @@ def _bwrap_args(bwrap: str, root: bool) -> list[str]:
         args += ["--perms", "0755", "--dir", parent]  # traversable by the run uid (e.g. /root for pyenv)
     for path in roots:
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp", "--"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if _bwrap_has_size(bwrap):
+        args += ["--size", str(tmp_bytes)]
+    args += ["--tmpfs", "/tmp", "--chdir", "/tmp", "--"]
     return args
 
 
-def command(backend: str, *, root: bool) -> list[str] | None:
+def command(backend: str, *, root: bool, tmp_mb: int = 1024) -> list[str] | None:
     """argv that starts the zygote under ``backend``; None if the tool it needs is not installed."""
     python = [sys.executable, "-I", "-c", _ZYGOTE_SOURCE]
     if backend == "bwrap":
         bwrap = shutil.which("bwrap")
-        return _bwrap_args(bwrap, root) + python if bwrap else None
+        return _bwrap_args(bwrap, root, tmp_mb << 20) + python if bwrap else None
     if backend == "unshare":
         unshare = shutil.which("unshare")
         if not unshare:

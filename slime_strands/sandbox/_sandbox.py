@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -69,7 +70,8 @@ class _Interpreter:
     @classmethod
     async def start(cls, backend: str, settings: SandboxSettings, concurrency: int) -> _Interpreter:
         root = os.geteuid() == 0
-        argv = command(backend, root=root)
+        build = functools.partial(command, backend, root=root, tmp_mb=settings.tmp_size_mb)
+        argv = await asyncio.get_running_loop().run_in_executor(None, build)  # may run `bwrap --help`
         if argv is None:
             raise SandboxUnavailableError(f"{backend}: not installed")
         uids: list[int] = []
@@ -99,6 +101,7 @@ class _Interpreter:
             "preload": list(settings.preload_modules) if settings.prewarm else [],
             "reap_uids": reap,
             "private_tmp": private_tmp,
+            "tmp_size_mb": settings.tmp_size_mb,
             "python_roots": python_roots(),
         }
         try:

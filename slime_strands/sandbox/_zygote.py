@@ -35,26 +35,42 @@ def _prctl(option, value):
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def _read_cut(path, limit):
-    """(text, total_bytes): at most ``limit`` bytes as head + tail, never the whole file in memory."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size <= limit:
-                return f.read().decode("utf-8", "replace"), size
-            half = limit // 2
-            head = f.read(half)
-            f.seek(size - half)
-            tail = f.read(half)
-    except OSError:
-        return "", 0
-    dropped = size - 2 * half
-    return (
-        head.decode("utf-8", "replace")
-        + f"\n... [{dropped} bytes of output omitted] ...\n"
-        + tail.decode("utf-8", "replace"),
-        size,
-    )
+class _Capture:
+    """One output pipe of a run: keeps the first and last ``limit / 2`` bytes, counts the rest."""
+
+    def __init__(self, fd, limit):
+        self.fd, self.half, self.total = fd, max(limit // 2, 1), 0
+        self.head, self.tail = bytearray(), bytearray()
+        os.set_blocking(fd, False)
+
+    def pump(self):
+        """Read what is available, at most 1 MiB (a run printing nonstop must not starve the others):
+        "eof", "empty" (nothing more for now) or "more"."""
+        for _ in range(16):
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return "empty"
+            if not data:
+                return "eof"
+            self.total += len(data)
+            room = self.half - len(self.head)
+            if room > 0:
+                self.head += data[:room]
+                data = data[room:]
+            self.tail += data
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+        return "more"
+
+    def text(self):
+        omitted = self.total - len(self.head) - len(self.tail)
+        marker = f"\n... [{omitted} bytes of output omitted] ...\n".encode() if omitted else b""
+        return (bytes(self.head) + marker + bytes(self.tail)).decode("utf-8", "replace")
+
+    @property
+    def truncated(self):
+        return self.total > len(self.head) + len(self.tail)
 
 
 def _mount(source, target, fstype, flags, data=None):
@@ -99,7 +115,8 @@ class Zygote:
         self.base = tempfile.mkdtemp(prefix="slime-strands-sandbox-") if self.own_base else config["base_dir"]
         private_tmp = config.get("private_tmp")
         if private_tmp == "mount":  # our own mount namespace (unshare): hide the host's /tmp
-            _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0711")
+            size = int(config.get("tmp_size_mb", 1024))
+            _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0711,size={size}m")
             _expose_python(config.get("python_roots", []))
         elif private_tmp == "chmod":  # bwrap's tmpfs: runs write only in their own directory
             os.chmod("/tmp", 0o711)
@@ -109,6 +126,7 @@ class Zygote:
         self.use_uids = bool(self.uids)
         self.waiting = []  # requests waiting for a free uid: never run as root instead
         self.runs = {}  # pid -> run info
+        self.captures = {}  # pipe fd -> _Capture of a running run
         self.counter = 0
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -142,9 +160,12 @@ class Zygote:
             if self.runs:
                 timeout = max(0.0, min(r["deadline"] for r in self.runs.values()) - time.monotonic())
             try:
-                ready, _, _ = select.select([stdin, self.wake_r], [], [], timeout)
+                ready, _, _ = select.select([stdin, self.wake_r, *self.captures], [], [], timeout)
             except InterruptedError:
                 ready = []
+            for fd in ready:
+                if fd in self.captures and self.captures[fd].pump() == "eof":
+                    del self.captures[fd]  # the run's side is closed
             if self.wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_r, 4096)
@@ -174,11 +195,18 @@ class Zygote:
         os.mkdir(run_dir, 0o700)
         if uid is not None:
             os.chown(run_dir, uid, uid)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
         sys.stderr.flush()
         self.out.flush()
         pid = os.fork()
         if pid == 0:
-            self._child(request, run_dir, uid)
+            self._child(request, run_dir, uid, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        limit = int(request["max_output_bytes"])
+        captures = [_Capture(out_r, limit), _Capture(err_r, limit)]
+        self.captures.update({c.fd: c for c in captures})
         self.runs[pid] = {
             "id": request["id"],
             "uid": uid,
@@ -186,6 +214,7 @@ class Zygote:
             "start": time.monotonic(),
             "deadline": time.monotonic() + float(request["timeout_s"]),
             "limits": request,
+            "captures": captures,
         }
 
     def _collect(self):
@@ -214,9 +243,12 @@ class Zygote:
         if status is None:
             with contextlib.suppress(ChildProcessError):
                 _, status = os.waitpid(pid, 0)
-        limit = int(run["limits"]["max_output_bytes"])
-        stdout, out_bytes = _read_cut(os.path.join(run["dir"], ".stdout"), limit)
-        stderr, err_bytes = _read_cut(os.path.join(run["dir"], ".stderr"), limit)
+        for capture in run["captures"]:  # every writer is dead now: read to the end, then close
+            while capture.pump() == "more":
+                pass
+            self.captures.pop(capture.fd, None)
+            os.close(capture.fd)
+        stdout, stderr = (c.text() for c in run["captures"])
         shutil.rmtree(run["dir"], ignore_errors=True)
         if run["uid"] is not None:
             self.uids.append(run["uid"])
@@ -226,7 +258,7 @@ class Zygote:
             "id": run["id"],
             "stdout": stdout,
             "stderr": stderr,
-            "truncated": max(out_bytes, err_bytes) > limit,
+            "truncated": any(c.truncated for c in run["captures"]),
             "timed_out": killed,
             "duration_s": duration,
             "exit_code": None,
@@ -258,18 +290,13 @@ class Zygote:
 
     # -- the run ---------------------------------------------------------------------------
 
-    def _child(self, request, run_dir, uid):
+    def _child(self, request, run_dir, uid, out, err):
         code = 1
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.setsid()
-            out = os.open(os.path.join(run_dir, ".stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            err = os.open(os.path.join(run_dir, ".stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             null = os.open(os.devnull, os.O_RDONLY)
-            if uid is not None:
-                os.fchown(out, uid, uid)
-                os.fchown(err, uid, uid)
             os.dup2(null, 0)
             os.dup2(out, 1)
             os.dup2(err, 2)

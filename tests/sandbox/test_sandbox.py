@@ -112,7 +112,7 @@ async def test_runs_do_not_share_state(sandbox):
     result = await sandbox.run(
         "import json, os\nprint(hasattr(json, 'leak'), 'LEAK' in os.environ, sorted(os.listdir('.')))"
     )
-    assert result.stdout.strip() == "False False ['.stderr', '.stdout']", result
+    assert result.stdout.strip() == "False False []", result
     assert "mine.txt" not in result.stdout
 
 
@@ -365,3 +365,38 @@ async def test_refused_namespaces_fall_back_with_the_reason(tmp_path, monkeypatc
     finally:
         await box.aclose()
     assert result.stdout == "1\n" and result.backend in ("unshare", "limits")
+
+
+@pytest.mark.parametrize("backend", [p for p in _backend_params() if p.values[0] != "limits"])
+async def test_total_writes_are_bounded_by_the_private_tmp(backend):
+    box = Sandbox(SandboxSettings(backend=backend, timeout_s=10, file_size_mb=8, tmp_size_mb=32))
+    code = (
+        "import errno\n"
+        "for i in range(100):\n"
+        "    try:\n"
+        "        with open(f'f{i}', 'wb') as f:\n"
+        "            f.write(b'x' * (4 << 20))\n"
+        "    except OSError as exc:\n"
+        "        print('stopped', i, errno.errorcode[exc.errno])\n"
+        "        break\n"
+    )
+    try:
+        result = await box.run(code)
+        after = await box.run("print('alive')")
+    finally:
+        await box.aclose()
+    if result.error and "namespace" in result.error:
+        pytest.skip(result.error)
+    assert result.stdout.startswith("stopped") and "ENOSPC" in result.stdout, result
+    assert int(result.stdout.split()[1]) <= 8  # 32 MiB / 4 MiB files
+    assert after.stdout == "alive\n"
+
+
+async def test_nonstop_printing_does_not_starve_other_runs(sandbox):
+    flood = asyncio.create_task(sandbox.run("while True:\n    print('x' * 4096)"))
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    quick = await asyncio.gather(*(sandbox.run(f"print({i})") for i in range(5)))
+    assert time.monotonic() - started < 2.0 and [r.stdout for r in quick] == [f"{i}\n" for i in range(5)]
+    flooded = await flood
+    assert flooded.timed_out and flooded.output_truncated and len(flooded.stdout) < 100_000
