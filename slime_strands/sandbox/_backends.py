@@ -87,10 +87,10 @@ def _bwrap_args(bwrap: str, root: bool, tmp_bytes: int) -> list[str]:
         args += ["--perms", "0755", "--dir", parent]  # traversable by the run uid (e.g. /root for pyenv)
     for path in roots:
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    if _bwrap_has_size(bwrap):
-        args += ["--size", str(tmp_bytes)]
-    args += ["--tmpfs", "/tmp", "--chdir", "/tmp", "--"]
+    size = ["--size", str(tmp_bytes)] if _bwrap_has_size(bwrap) else []
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp"]
+    args += ["--perms", "1777", *size, "--tmpfs", "/dev/shm"]  # POSIX semaphores (multiprocessing)
+    args += ["--chdir", "/tmp", "--"]
     return args
 
 

@@ -331,8 +331,8 @@ class Zygote:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
                 if exc.code is not None and not isinstance(exc.code, int):
                     print(exc.code, file=sys.stderr)
-            except BaseException as exc:  # the traceback without this file's frame
-                traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)
+            except BaseException as exc:  # without this file's frame; the last 50 of a deep recursion
+                traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next, limit=-50)
                 code = 137 if isinstance(exc, MemoryError) else 1
         finally:
             with contextlib.suppress(BaseException):

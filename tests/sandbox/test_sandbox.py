@@ -400,3 +400,16 @@ async def test_nonstop_printing_does_not_starve_other_runs(sandbox):
     assert time.monotonic() - started < 2.0 and [r.stdout for r in quick] == [f"{i}\n" for i in range(5)]
     flooded = await flood
     assert flooded.timed_out and flooded.output_truncated and len(flooded.stdout) < 100_000
+
+
+async def test_multiprocessing_and_deep_recursion(sandbox):
+    pool = await sandbox.run(
+        "from multiprocessing import Pool\nwith Pool(2) as p:\n    print(p.map(abs, [-1, -2, 3]))"
+    )
+    if sandbox.backend == "limits" and "No module named" in pool.stderr:
+        pass  # this machine's Python is under /root: the limits backend imports only preloaded modules
+    else:
+        assert pool.stdout == "[1, 2, 3]\n", pool
+    deep = await sandbox.run("import sys\nsys.setrecursionlimit(10**5)\ndef f(n):\n    return f(n + 1)\nf(0)")
+    text = deep.to_model_text()
+    assert "RecursionError" in text and "Previous line repeated" in text and len(text) < 8000
