@@ -57,8 +57,24 @@ def final_answer_text(response: str, metadata: dict | None = None) -> str:
     return _SPECIAL.sub(" ", text)
 
 
+def _closing_braces(text: str) -> dict[int, int]:
+    """Index of each ``{`` -> index of its ``}``, in one pass (unclosed braces are absent)."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for i, char in enumerate(text):
+        if char == "{":
+            stack.append(i)
+        elif char == "}" and stack:
+            pairs[stack.pop()] = i
+    return pairs
+
+
 def _last_boxed(text: str) -> str | None:
-    """Content of the last balanced ``\\boxed{...}`` (or ``\\boxed 5``); nested boxes are unwrapped."""
+    """Content of the last balanced ``\\boxed{...}`` (or ``\\boxed 5``); nested boxes are unwrapped.
+
+    Linear in ``len(text)``: the policy can emit thousands of unclosed boxes.
+    """
+    closing: dict[int, int] | None = None
     for match in reversed(list(_BOX.finditer(text))):
         i = match.end()
         while i < len(text) and text[i] == " ":
@@ -68,15 +84,10 @@ def _last_boxed(text: str) -> str | None:
             if token:
                 return token.group(0)
             continue
-        depth, start = 0, i + 1
-        for j in range(i, len(text)):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    inner = text[start:j]
-                    return (_last_boxed(inner) or inner) if _BOX.search(inner) else inner
+        closing = _closing_braces(text) if closing is None else closing
+        if i in closing:
+            inner = text[i + 1 : closing[i]]
+            return (_last_boxed(inner) or inner) if _BOX.search(inner) else inner
     return None
 
 
