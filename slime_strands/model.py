@@ -77,6 +77,8 @@ class SGLangConfig(TypedDict, total=False):
     """Whole-trajectory budget of response tokens (generated + tool/template tokens after the prompt)."""
     max_tool_output_tokens: int | None
     """A tool result longer than this (tokens) is cut to head + tail with a marker."""
+    max_calls_per_turn: int | None
+    """Tool calls of one turn that run; the rest get one error result (a turn can write thousands)."""
     routing_key: str | None
     """Sent as ``X-SMG-Routing-Key`` so every turn of the trajectory hits one worker's prefix cache."""
     return_routed_experts: bool
@@ -152,6 +154,7 @@ class SGLangModel(Model):
             "context_length": None,
             "max_response_tokens": None,
             "max_tool_output_tokens": None,
+            "max_calls_per_turn": None,
             "routing_key": None,
             "return_routed_experts": False,
         }
@@ -438,7 +441,19 @@ class SGLangModel(Model):
             self.stats.parse_errors["inside_reasoning"] += parsed.reasoning_calls
         self._last_tool_ids = []
         closed = result.finish_reason == "stop"
-        for call in parsed.calls if closed else []:
+        calls = list(parsed.calls) if closed else []
+        cap = self.config["max_calls_per_turn"]
+        if cap is not None and len(calls) > cap:
+            extra = len(calls) - cap
+            calls = calls[:cap]
+            calls.append(
+                ToolCallError(
+                    "too_many_calls",
+                    f"{extra} more tool call(s) in this turn were not run: at most {cap} calls per turn",
+                    "",
+                )
+            )
+        for call in calls:
             tool_id = f"call_{uuid.uuid4().hex[:24]}"
             if isinstance(call, ToolCall) and call.name not in tool_names:
                 known = ", ".join(sorted(tool_names)) or "none"

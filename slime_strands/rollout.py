@@ -136,6 +136,7 @@ async def _run_episode(
         context_length=await _context_length(args, settings),
         max_response_tokens=budget,
         max_tool_output_tokens=settings.max_tool_output_tokens,
+        max_calls_per_turn=settings.max_calls_per_turn,
         routing_key=getattr(sample, "session_id", None),
         return_routed_experts=bool(_arg(args, "use_rollout_routing_replay")),
     )

@@ -140,6 +140,8 @@ class PluginSettings:
     """Most tool calls in total; None = unlimited."""
     max_tool_output_tokens: int = 4096
     """A single tool result longer than this (in tokens) is cut to head + tail with a marker."""
+    max_calls_per_turn: int | None = 16
+    """Tool calls of one assistant turn that run; the rest get one error result. None = unlimited."""
     max_context_len: int | None = None
     """Context window of the served model; None = ``args.rollout_max_context_len`` or the server's info."""
     request_timeout_s: float | None = None
@@ -152,7 +154,7 @@ class PluginSettings:
     reward: RewardSettings = field(default_factory=RewardSettings)
 
     def __post_init__(self) -> None:
-        for name in ("max_tool_iters", "max_tool_calls", "max_context_len"):
+        for name in ("max_tool_iters", "max_tool_calls", "max_context_len", "max_calls_per_turn"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise SettingsError(f"{name} must be >= 0 or null, got {value!r}")

@@ -14,7 +14,13 @@ from typing import Any, ClassVar, Literal
 __all__ = ["ParseErrorKind", "ParseResult", "ToolCall", "ToolCallError", "ToolParser"]
 
 ParseErrorKind = Literal[
-    "bad_json", "missing_name", "bad_arguments", "unclosed_tag", "inside_reasoning", "unknown_tool"
+    "bad_json",
+    "missing_name",
+    "bad_arguments",
+    "unclosed_tag",
+    "inside_reasoning",
+    "unknown_tool",
+    "too_many_calls",
 ]
 
 

@@ -70,6 +70,8 @@ class HermesToolParser(ToolParser):
             payload: Any = json.loads(raw)
         except json.JSONDecodeError as exc:
             return ToolCallError("bad_json", f"the tool call is not valid JSON ({exc}): {_clip(raw)}", raw)
+        except RecursionError:  # the policy can nest brackets deeper than the decoder recurses
+            return ToolCallError("bad_json", f"the tool call JSON is nested too deeply: {_clip(raw)}", raw)
         if not isinstance(payload, dict):
             return ToolCallError(
                 "bad_json",

@@ -179,6 +179,19 @@ async def test_parallel_calls_rendered_in_call_order(tokenizer):
         assert_canonical(tokenizer, tm, conversation, [slow_add, fast_mul])
 
 
+async def test_calls_beyond_the_per_turn_cap_get_one_error(tokenizer):
+    turn = ModelTurn(calls=[Call("add", {"a": i, "b": 1}) for i in range(6)])
+    with server_for(tokenizer, turn, ANSWER) as server:
+        model = make_model(tokenizer, server, max_calls_per_turn=2)
+        await make_agent(model, [add]).invoke_async("Add a lot.")
+        check(model, server)
+        assert CALLS == {"add": 2}
+        assert model.parse_errors == {"too_many_calls": 1}
+        text = tokenizer.decode(list(model.token_manager.segments[2].token_ids))
+        assert text.count("<tool_response>") == 3
+        assert "4 more tool call(s) in this turn were not run: at most 2 calls per turn" in text
+
+
 async def test_five_turn_tool_chain(tokenizer):
     turns = [ModelTurn(content=f"Step {i}.", calls=[Call("add", {"a": i, "b": i})]) for i in range(5)]
     with server_for(tokenizer, *turns, ANSWER) as server:

@@ -67,6 +67,23 @@ def test_bad_json(parser):
     assert "not valid JSON" in error.message and '{"name": "add", "arguments": {"a": 2}' in error.message
 
 
+@pytest.mark.parametrize(
+    "body",
+    ["[" * 100_000 + "]" * 100_000, '{"name": "add", "arguments": ' + '{"a": ' * 50_000 + "1" + "}" * 50_001],
+)
+def test_deeply_nested_json_is_a_parse_error(parser, body):
+    error = _only_error(parser.parse(f"<tool_call>\n{body}\n</tool_call>"))
+    assert error.kind == "bad_json" and "nested too deeply" in error.message and len(error.message) < 1000
+
+
+@pytest.mark.timeout(10)  # a hang guard for hostile markup
+def test_thousands_of_tags(parser):
+    unclosed = parser.parse("<tool_call>" * 20_000).calls  # SGLangModel caps what runs per turn
+    assert len(unclosed) == 20_000 and {c.kind for c in unclosed} == {"unclosed_tag"}
+    assert len(parser.parse("<tool_call>{}</tool_call>" * 5_000).calls) == 5_000
+    assert parser.parse("<think>" + "<tool_call>{}</tool_call>" * 5_000).reasoning_calls == 5_000
+
+
 @pytest.mark.parametrize("body", ['["add", {"a": 1}]', '"add"', "42", "null"])
 def test_non_object_json(parser, body):
     error = _only_error(parser.parse(f"<tool_call>\n{body}\n</tool_call>"))
