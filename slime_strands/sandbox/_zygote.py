@@ -293,6 +293,11 @@ class Zygote:
     def _child(self, request, run_dir, uid, out, err):
         code = 1
         try:
+            # Drop the zygote's references to other runs (their code and captured output) so this run
+            # cannot reach them through Python objects.
+            self.runs.clear()
+            self.captures.clear()
+            self.waiting.clear()
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.setsid()

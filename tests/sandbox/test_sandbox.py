@@ -413,3 +413,30 @@ async def test_multiprocessing_and_deep_recursion(sandbox):
     deep = await sandbox.run("import sys\nsys.setrecursionlimit(10**5)\ndef f(n):\n    return f(n + 1)\nf(0)")
     text = deep.to_model_text()
     assert "RecursionError" in text and "Previous line repeated" in text and len(text) < 8000
+
+
+async def test_a_run_cannot_see_other_runs_code_or_output(sandbox):
+    secret = "sibling-secret-4242"
+    sibling = asyncio.create_task(sandbox.run(f"import time\nprint({secret!r}, flush=True)\ntime.sleep(1.5)"))
+    await asyncio.sleep(0.5)  # the sibling is running: its code and output are in the interpreter
+    probe = await sandbox.run(
+        "import gc\n"
+        "needle = 'sibling-' + 'secret-4242'\n"
+        "mine = {id(needle), id(needle.encode())}\n"
+        "def values(o):\n"
+        "    if isinstance(o, dict):\n"
+        "        return [*o.keys(), *o.values()]\n"
+        "    if isinstance(o, (list, tuple, set)):\n"
+        "        return list(o)\n"
+        "    return list(getattr(o, '__dict__', {}).values())\n"
+        "hits = 0\n"
+        "for o in gc.get_objects():\n"
+        "    for v in values(o):\n"
+        "        if isinstance(v, str) and needle in v and id(v) not in mine:\n"
+        "            hits += 1\n"
+        "        elif isinstance(v, (bytes, bytearray)) and needle.encode() in v:\n"
+        "            hits += 1\n"
+        "print(hits)\n"
+    )
+    assert (await sibling).stdout.strip() == secret
+    assert probe.stdout.strip() == "0", probe
