@@ -392,8 +392,9 @@ async def test_total_writes_are_bounded_by_the_private_tmp(backend):
     assert after.stdout == "alive\n"
 
 
-async def test_nonstop_printing_does_not_starve_other_runs(sandbox):
-    box = Sandbox(SandboxSettings(backend=sandbox.backend, timeout_s=8.0))
+async def test_nonstop_printing_does_not_starve_other_runs():
+    """The interpreter's read loop is the same on every backend: checked once, on the best one."""
+    box = Sandbox(SandboxSettings(timeout_s=8.0))
     try:
         flood = asyncio.create_task(box.run("while True:\n    print('x' * 4096)"))
         await asyncio.sleep(0.5)
