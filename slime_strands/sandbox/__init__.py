@@ -52,7 +52,16 @@ async def run_python(code: str, settings: SandboxSettings | None = None) -> Exec
 
 async def _run_with_camel(code: str, settings: SandboxSettings) -> ExecutionResult:
     """camel-ai's SubprocessInterpreter, as slime's example uses it: no isolation, no limits but time."""
-    from camel.interpreters import SubprocessInterpreter
+    try:
+        from camel.interpreters import SubprocessInterpreter
+    except ImportError as exc:
+        return ExecutionResult(
+            "",
+            "",
+            None,
+            backend="camel",
+            error=f"camel-ai is not installed ({exc}): pip install 'slime-strands[camel]'",
+        )
 
     interpreter = SubprocessInterpreter(
         require_confirm=False,
