@@ -78,7 +78,7 @@ class _Interpreter:
         if root:
             first = random.randrange(2_000_000, 2_000_000_000)
             uids = list(range(first, first + concurrency))
-        private_tmp = {"bwrap": "chmod", "unshare": "mount" if root else None}.get(backend)
+        private_tmp = {"bwrap": "chmod", "unshare": "chroot" if root else None}.get(backend)
         base = "/tmp/runs" if private_tmp else None  # None: the interpreter makes (and removes) a temp dir
         try:
             proc = await asyncio.create_subprocess_exec(

@@ -27,7 +27,7 @@ import traceback
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 32, 4096, 16384
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 
 
 def _prctl(option, value):
@@ -80,27 +80,55 @@ def _mount(source, target, fstype, flags, data=None):
         raise OSError(ctypes.get_errno(), f"mount {target!r} failed")
 
 
-def _expose_python(roots):
-    """Make the interpreter readable by run uids when it lives under a private dir (pyenv in /root).
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+_SYSTEM_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/random",
+    "/dev/urandom",
+)
 
-    Each such root is bind-mounted aside, its private ancestor is covered with an empty tmpfs (hiding the
-    rest of it, e.g. /root's files) and the root is bound back read-only at its own path.
-    """
-    blocked = {}
-    for root in roots:
-        parents = [p for p in _ancestors(root) if not os.stat(p).st_mode & 0o001]
-        if parents:
-            blocked[root] = parents[0]
-    for i, root in enumerate(blocked):
-        staging = f"/tmp/.python-{i}"
-        os.mkdir(staging, 0o755)
-        _mount(root, staging, None, _MS_BIND | _MS_REC)
-    for top in sorted(set(blocked.values())):
-        _mount("tmpfs", top, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
-    for i, root in enumerate(blocked):
-        os.makedirs(root, 0o755, exist_ok=True)
-        _mount(f"/tmp/.python-{i}", root, None, _MS_BIND | _MS_REC)
-        _mount(None, root, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+
+def _enter_minimal_root(python_roots, tmp_mb):
+    """bwrap's view for the unshare backend (we are root in our own mount namespace): a tmpfs root with the
+    system and the Python install bound read-only, a fresh /proc, a few devices, a private size-limited
+    /tmp and /dev/shm; then chroot into it. Run uids have no capability to leave a chroot."""
+    flags = _MS_NOSUID | _MS_NODEV
+    _mount("tmpfs", "/tmp", "tmpfs", flags, "mode=0711,size=1m")  # a private mount point, nothing on the host
+    new = "/tmp/root"
+    os.mkdir(new)
+    _mount("tmpfs", new, "tmpfs", flags, "mode=0755")
+
+    def bind(path, is_dir):
+        target = new + path
+        if is_dir:
+            os.makedirs(target, 0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+            open(target, "a").close()
+        _mount(path, target, None, _MS_BIND | _MS_REC)
+        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), new + path)
+        elif os.path.isdir(path):
+            bind(path, True)
+    for root in python_roots:
+        if not os.path.exists(new + root):  # not already inside a bound system dir
+            bind(root, True)
+    for path in _SYSTEM_FILES:
+        if os.path.exists(path):
+            bind(path, False)
+    os.mkdir(new + "/proc")
+    _mount("proc", new + "/proc", "proc", flags | _MS_NOEXEC)
+    for path, mode in (("/tmp", "0711"), ("/dev/shm", "1777")):
+        os.makedirs(new + path, exist_ok=True)
+        _mount("tmpfs", new + path, "tmpfs", flags, f"mode={mode},size={tmp_mb}m")
+    os.chroot(new)
+    os.chdir("/")
 
 
 def _ancestors(path):
@@ -113,13 +141,6 @@ class Zygote:
     def __init__(self, config):
         self.own_base = config["base_dir"] is None  # no private /tmp: a temp dir of ours, removed at exit
         self.base = tempfile.mkdtemp(prefix="slime-strands-sandbox-") if self.own_base else config["base_dir"]
-        private_tmp = config.get("private_tmp")
-        if private_tmp == "mount":  # our own mount namespace (unshare): hide the host's /tmp
-            size = int(config.get("tmp_size_mb", 1024))
-            _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0711,size={size}m")
-            _expose_python(config.get("python_roots", []))
-        elif private_tmp == "chmod":  # bwrap's tmpfs: runs write only in their own directory
-            os.chmod("/tmp", 0o711)
         os.makedirs(self.base, 0o711, exist_ok=True)
         os.chmod(self.base, 0o711)
         self.uids = list(config["uids"])  # free per-run uids (none when not root)
@@ -364,6 +385,11 @@ def main():
     # Host gone or closing us: SIGTERM unwinds serve(), which kills the runs and removes their files.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    private_tmp = config.get("private_tmp")
+    if private_tmp == "chroot":  # unshare: build bwrap's view ourselves, before importing anything more
+        _enter_minimal_root(config.get("python_roots", []), int(config.get("tmp_size_mb", 1024)))
+    elif private_tmp == "chmod":  # bwrap's tmpfs: runs write only in their own directory
+        os.chmod("/tmp", 0o711)
     loaded = []
     for name in config.get("preload", []):
         try:
