@@ -3,18 +3,26 @@
     --custom-rollout-log-function-path slime_strands.metrics.log_rollout
     --custom-eval-rollout-log-function-path slime_strands.metrics.log_eval_rollout
 
-Both aggregate each sample's ``metadata["strands"]`` (written by :func:`slime_strands.rollout.generate`),
-log through slime's own tracking (so wandb / tensorboard get them on slime's step axis) and return False so
-slime's default logging still runs. A logging problem never propagates: it is logged and the step goes on.
+slime's RolloutManager calls them positionally: ``fn(rollout_id, args, samples, rollout_extra_metrics,
+rollout_time)`` with the step's flat list of Samples, and ``fn(rollout_id, args, data, extra_metrics)`` with
+``data = {dataset: {"rewards": [...], "truncated": [...], "samples": [...]}}`` (eval samples in prompt order,
+``n_samples_per_eval_prompt`` per prompt). Both aggregate each sample's ``metadata["strands"]`` (written by
+:func:`slime_strands.rollout.generate`), log through slime's own tracking (wandb / tensorboard, on slime's
+``rollout/step`` / ``eval/step`` axes) and return False so slime's default logging still runs. Without slime
+the dict goes to the Python log. A logging problem never propagates: it is logged and the step goes on.
 
 Keys (``<p>`` = ``rollout/strands`` or ``eval/strands/<dataset>``):
-``<p>/<x>_mean|_p50|_p99|_max`` for turns, tool_calls, tool_iters, tool_time_s, generation_time_s,
-wall_time_s, response_tokens; ``<p>/<x>_mean`` for client_overhead_s, prompt_tokens, generated_tokens;
-``<p>/tool_error_rate`` (errors / tool calls), ``<p>/parse_errors_per_sample/<kind>``,
-``<p>/termination/<reason>`` and ``<p>/status/<status>`` (fractions of samples), ``<p>/remove_sample_rate``,
-``<p>/cache_hit_rate`` (cached / prompt tokens), ``<p>/tool_token_share`` (tool tokens / response tokens),
-``<p>/tool_outputs_truncated_per_sample``, ``<p>/regenerated_rate``, ``<p>/samples``. Eval adds
-``eval/strands/<dataset>/accuracy`` (reward == 1) and ``.../pass@<k>`` (unbiased, k = 1, 2, 4, ... <= n).
+``<p>/<x>_mean|_p50|_p99|_max`` (nearest-rank percentiles) for turns, tool_calls, tool_iters, tool_time_s,
+generation_time_s, wall_time_s, response_tokens; ``<p>/<x>_mean`` for client_overhead_s, prompt_tokens,
+generated_tokens; ``<p>/tool_error_rate`` (failed runs / tool calls; malformed calls are not failures);
+``<p>/parse_errors_per_sample/<kind>`` (malformed calls of that kind per sample: ``inside_reasoning`` calls
+never become attempts, so a per-attempt rate would not be a rate); ``<p>/termination/<reason>`` and
+``<p>/status/<status>`` (fractions of samples: status counts every sample, everything else only samples that
+have ``metadata["strands"]``); ``<p>/remove_sample_rate``; ``<p>/cache_hit_rate`` (cached / prompt tokens);
+``<p>/tool_token_share`` (tool tokens / response tokens); ``<p>/tool_outputs_truncated_per_sample``;
+``<p>/regenerated_rate``; ``<p>/samples``. Eval adds ``eval/strands/<dataset>/accuracy`` (reward == 1) and
+``.../pass@<k>`` (unbiased; k = 1, 2, 4, ... up to the samples per prompt, averaged over the prompts with at
+least k samples, as slime's ``--log-passrate`` does).
 """
 
 from __future__ import annotations
@@ -40,8 +48,14 @@ _DISTRIBUTIONS = (
     "response_tokens",
 )
 _MEANS = ("client_overhead_s", "prompt_tokens", "generated_tokens")
-# Where slime keeps its tracking entry point across versions (newest first).
-_LOGGING_MODULES = ("slime.observability.logging_utils", "slime.utils.logging_utils")
+# Where slime keeps ``log(args, metrics, step_key)`` and ``compute_rollout_step(args, rollout_id)`` across
+# versions (newest first).
+_LOGGING_MODULES = (
+    "slime.observability.logging_utils",
+    "slime.utils.logging_utils",
+    "slime.utils.tracking_utils",
+)
+_STEP_MODULES = ("slime.observability.metric_utils", "slime.utils.metric_utils")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -140,58 +154,96 @@ def _eval_metrics(name: str, entry: Mapping[str, Any], args: Any) -> dict[str, f
     rewards = [_number(r) for r in entry.get("rewards") or []]
     if not rewards:
         rewards = [_number(getattr(s, "reward", None)) for s in samples]
-    correct = [r == 1.0 for r in rewards]
-    if not correct:
+    if all(r is None for r in rewards):  # nothing graded (or not a scalar reward): no accuracy to report
         return out
+    correct = [r == 1.0 for r in rewards]
     out[prefix + "accuracy"] = sum(correct) / len(correct)
     groups: dict[Any, list[bool]] = defaultdict(list)
     if len(samples) == len(correct) and all(getattr(s, "group_index", None) is not None for s in samples):
         for s, ok in zip(samples, correct, strict=True):
             groups[s.group_index].append(ok)
-    else:  # slime orders eval samples prompt by prompt
-        size = int(getattr(args, "n_samples_per_eval_prompt", 0) or 1)
+    else:  # slime's eval leaves group_index unset and orders samples prompt by prompt
+        size = _eval_group_size(args, name)
         for i, ok in enumerate(correct):
             groups[i // size].append(ok)
-    n = min(len(g) for g in groups.values())
-    k = 1
-    while k <= n:
-        out[prefix + f"pass@{k}"] = sum(pass_at_k(len(g), sum(g), k) for g in groups.values()) / len(groups)
+    k, largest = 1, max(len(g) for g in groups.values())
+    while k <= largest:
+        eligible = [g for g in groups.values() if len(g) >= k]
+        out[prefix + f"pass@{k}"] = sum(pass_at_k(len(g), sum(g), k) for g in eligible) / len(eligible)
         k *= 2
     return out
 
 
-def _rollout_step(args: Any, rollout_id: int) -> int:
-    """slime's step axis (``compute_rollout_step``): rollout id, or train steps with
-    ``--wandb-always-use-train-step``."""
-    try:
-        from slime.utils.metric_utils import compute_rollout_step
+def _eval_group_size(args: Any, name: str) -> int:
+    """Samples per prompt of one eval dataset: its ``--eval-config`` entry, else the global flag."""
+    for cfg in getattr(args, "eval_datasets", None) or []:
+        cfg_name = cfg.get("name") if isinstance(cfg, Mapping) else getattr(cfg, "name", None)
+        if cfg_name == name:
+            n = cfg.get("n_samples_per_eval_prompt") if isinstance(cfg, Mapping) else None
+            n = n if n is not None else getattr(cfg, "n_samples_per_eval_prompt", None)
+            if n:
+                return max(1, int(n))
+    return max(1, int(getattr(args, "n_samples_per_eval_prompt", 0) or 1))
 
-        return int(compute_rollout_step(args, rollout_id))
-    except Exception:
-        if getattr(args, "wandb_always_use_train_step", False):
-            return rollout_id * args.rollout_batch_size * args.n_samples_per_prompt // args.global_batch_size
-        return rollout_id
 
-
-def _emit(args: Any, metrics: dict[str, float], step_key: str) -> None:
-    """Through slime's tracking when slime is installed; else the Python log (offline use, tests)."""
-    for module_name in _LOGGING_MODULES:
+def _slime_function(modules: Sequence[str], name: str) -> Any:
+    """``name`` from the first of ``modules`` that imports and has it; None without slime."""
+    for module_name in modules:
         try:
             module = importlib.import_module(module_name)
         except Exception:
             continue
-        if hasattr(module, "log"):
-            module.log(args, metrics, step_key=step_key)
-            return
-    logger.info("slime-strands metrics: %s", metrics)
+        function = getattr(module, name, None)
+        if callable(function):
+            return function
+    return None
+
+
+def _rollout_step(args: Any, rollout_id: int) -> int:
+    """slime's step axis (``compute_rollout_step``): the rollout id, or train steps with
+    ``--wandb-always-use-train-step``."""
+    compute = _slime_function(_STEP_MODULES, "compute_rollout_step")
+    if compute is not None:
+        try:
+            return int(compute(args, rollout_id))
+        except Exception:
+            pass
+    if getattr(args, "wandb_always_use_train_step", False):
+        try:
+            return rollout_id * args.rollout_batch_size * args.n_samples_per_prompt // args.global_batch_size
+        except Exception:
+            pass
+    return rollout_id
+
+
+def _emit(args: Any, metrics: dict[str, float], step_key: str) -> None:
+    """Through slime's tracking when slime is installed; else the Python log (offline use, tests)."""
+    log = _slime_function(_LOGGING_MODULES, "log")
+    if log is not None:
+        log(args, metrics, step_key=step_key)
+    else:
+        logger.info("slime-strands metrics: %s", metrics)
+
+
+def _warn_malformed(samples: list[Any]) -> None:
+    """A ``metadata["strands"]`` that is not a dict is a writer bug: say so rather than drop it silently."""
+    bad = 0
+    for s in samples:
+        metadata = getattr(s, "metadata", None)
+        if isinstance(metadata, Mapping) and "strands" in metadata and _strands_meta(s) is None:
+            bad += 1
+    if bad:
+        logger.warning("slime-strands: %d sample(s) with a malformed metadata['strands'] skipped", bad)
 
 
 def log_rollout(
     rollout_id: int, args: Any, samples: Any, rollout_extra_metrics: Any = None, rollout_time: Any = None
 ) -> bool:
-    """slime's rollout log hook: logs ``rollout/strands/*``; returns False (slime's own logging still runs)."""
+    """slime's rollout log hook: logs ``rollout/strands/*``; returns False (slime's logging still runs)."""
     try:
-        metrics = {f"rollout/strands/{k}": v for k, v in aggregate(samples).items()}
+        flat = _flatten(samples)
+        _warn_malformed(flat)
+        metrics = {f"rollout/strands/{k}": v for k, v in aggregate(flat).items()}
         if metrics:
             metrics["rollout/step"] = _rollout_step(args, rollout_id)
             _emit(args, metrics, step_key="rollout/step")
@@ -206,6 +258,7 @@ def log_eval_rollout(rollout_id: int, args: Any, data: Any, extra_metrics: Any =
         metrics: dict[str, float] = {}
         for name, entry in (data or {}).items():
             if isinstance(entry, Mapping):
+                _warn_malformed(_flatten(entry.get("samples")))
                 metrics.update(_eval_metrics(str(name), entry, args))
         if metrics:
             metrics["eval/step"] = _rollout_step(args, rollout_id)
