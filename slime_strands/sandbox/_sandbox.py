@@ -100,6 +100,7 @@ class _Interpreter:
             "uids": uids,
             "preload": list(settings.preload_modules) if settings.prewarm else [],
             "reap_uids": reap,
+            "keeper": backend == "limits",
             "private_tmp": private_tmp,
             "tmp_size_mb": settings.tmp_size_mb,
             "python_roots": python_roots(),

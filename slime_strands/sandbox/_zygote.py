@@ -28,6 +28,11 @@ import traceback
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 8, 32, 4096, 16384
+_IPC_RMID = 0
+# Shared, writable places a run could leave state in for the next one: what its uid owns there is removed.
+_SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+# System V IPC objects outlive their creator: (listing, owner uid columns, remover) removed per run uid.
+_SYSV_IPC = (("shm", (7, 9), "shmctl"), ("msg", (7, 9), "msgctl"), ("sem", (4, 6), "semctl"))
 
 
 def _prctl(option, value):
@@ -71,6 +76,40 @@ class _Capture:
     @property
     def truncated(self):
         return self.total > len(self.head) + len(self.tail)
+
+
+def _remove_files_of(uid):
+    """Delete the entries of the shared writable dirs that ``uid`` owns (its processes are all dead)."""
+    for parent in _SHARED_DIRS:
+        try:
+            entries = list(os.scandir(parent))
+        except OSError:
+            continue
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+
+
+def _remove_ipc_of(uid):
+    """IPC_RMID the System V shared memory, message queues and semaphores ``uid`` owns or created."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind, columns, remover in _SYSV_IPC:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as listing:
+                rows = [line.split() for line in listing.readlines()[1:]]
+        except OSError:
+            continue
+        for row in rows:
+            if any(int(row[c]) == uid for c in columns if c < len(row)):
+                if kind == "sem":
+                    getattr(libc, remover)(int(row[1]), 0, _IPC_RMID)
+                else:
+                    getattr(libc, remover)(int(row[1]), _IPC_RMID, None)
 
 
 def _mount(source, target, fstype, flags, data=None):
@@ -293,7 +332,8 @@ class Zygote:
         self.out.write(json.dumps(result) + "\n")
 
     def _reap_uid(self, uid):
-        """SIGKILL every process of ``uid`` (the run and anything it spawned, detached or not)."""
+        """SIGKILL every process of ``uid`` (the run and anything it spawned, detached or not), then remove
+        what it left where the next run could find it (shared dirs, System V IPC objects)."""
         pid = os.fork()
         if pid == 0:
             try:
@@ -305,9 +345,11 @@ class Zygote:
                 for _ in range(2):
                     with contextlib.suppress(OSError):
                         os.kill(-1, signal.SIGKILL)
+                _remove_ipc_of(uid)  # as the owner: no IPC capability needed
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
+        _remove_files_of(uid)
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -334,6 +376,7 @@ class Zygote:
                 ("RLIMIT_FSIZE", int(request["file_size_mb"]) * mb),
                 ("RLIMIT_NPROC", int(request["max_processes"])),
                 ("RLIMIT_CORE", 0),
+                ("RLIMIT_MSGQUEUE", 0),  # POSIX message queues would outlive the run
             ):
                 resource.setrlimit(getattr(resource, name), (value, value))
             if uid is not None:
@@ -378,13 +421,35 @@ def _read_line(fd):
     return data
 
 
+def _keep():
+    """Without namespaces nothing kills the runs if the serving process is SIGKILLed (as asyncio does to a
+    subprocess it garbage-collects): the process the host sees is this keeper, which only waits, and the
+    server it forks gets SIGTERM when the keeper dies, so it can still kill its runs and remove their files.
+    Returns in the server."""
+    keeper = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != keeper:  # died before the prctl
+            os._exit(0)
+        return
+    os.close(0)
+    os.close(1)  # the server alone holds the channel: the host sees EOF when the server is gone
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
 def main():
     config = json.loads(_read_line(0))
     os.environ.update({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     # Host gone or closing us: SIGTERM unwinds serve(), which kills the runs and removes their files.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if config.get("keeper"):
+        _keep()
+    else:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     private_tmp = config.get("private_tmp")
     if private_tmp == "chroot":  # unshare: build bwrap's view ourselves, before importing anything more
         _enter_minimal_root(config.get("python_roots", []), int(config.get("tmp_size_mb", 1024)))

@@ -116,6 +116,32 @@ async def test_runs_do_not_share_state(sandbox):
     assert "mine.txt" not in result.stdout
 
 
+async def test_shared_places_are_emptied_after_each_run(sandbox):
+    """Files in the shared writable dirs and IPC objects outlive processes: a run's are removed with it."""
+    if not ROOT:
+        pytest.skip("without root, runs share the interpreter's uid: their leftovers cannot be told apart")
+    leave = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "open('/dev/shm/left-behind', 'w').write('x')\n"
+        "try:\n    open('/tmp/left-behind', 'w').write('x')\nexcept OSError:\n    pass\n"
+        "print(libc.shmget(4242, 4096, 0o1666) >= 0, libc.msgget(4243, 0o1666) >= 0,"
+        " libc.semget(4244, 1, 0o1666) >= 0, libc.mq_open(b'/left-behind', 0o102, 0o666, None) >= 0)\n"
+    )
+    find = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(os.path.exists('/dev/shm/left-behind'), os.path.exists('/tmp/left-behind'),"
+        " libc.shmget(4242, 0, 0) >= 0, libc.msgget(4243, 0) >= 0, libc.semget(4244, 0, 0) >= 0,"
+        " libc.mq_open(b'/left-behind', 2) >= 0)\n"
+    )
+    left = await sandbox.run(leave)
+    assert left.stdout == "True True True False\n", left  # POSIX queues: RLIMIT_MSGQUEUE is 0
+    found = await sandbox.run(find)
+    assert found.stdout == "False False False False False False\n", found
+    assert not Path("/dev/shm/left-behind").exists() and not Path("/tmp/left-behind").exists()
+
+
 # -- hostile code -----------------------------------------------------------------------------------
 
 
