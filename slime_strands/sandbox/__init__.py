@@ -15,6 +15,7 @@ SubprocessInterpreter is available as ``backend: camel`` for parity with slime's
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ from strands import tool
 
 from ..settings import SandboxSettings
 from ._result import ExecutionResult, cut_middle
-from ._sandbox import Sandbox, SandboxUnavailableError, get_sandbox
+from ._sandbox import Sandbox, SandboxUnavailableError, get_sandbox, retire_sandboxes
 
 __all__ = [
     "ExecutionResult",
@@ -34,12 +35,19 @@ __all__ = [
 ]
 
 _settings = SandboxSettings()
+_settings_lock = threading.Lock()
 
 
 def configure_sandbox(settings: SandboxSettings) -> None:
-    """Settings used by :func:`execute_python_code` and by :func:`run_python` without explicit settings."""
+    """Settings used by :func:`execute_python_code` and by :func:`run_python` without explicit settings.
+
+    Idempotent. New settings replace the sandboxes of the old ones on every event loop: runs in flight
+    finish on the old interpreter, which then stops; later runs start one with the new settings."""
     global _settings
-    _settings = settings
+    with _settings_lock:
+        previous, _settings = _settings, settings
+    if previous != settings:
+        retire_sandboxes(previous)
 
 
 async def run_python(code: str, settings: SandboxSettings | None = None) -> ExecutionResult:

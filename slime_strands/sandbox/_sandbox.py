@@ -2,7 +2,9 @@
 
 One :class:`Sandbox` per (event loop, settings): asyncio pipes belong to the loop that made them. Runs are
 bounded by a semaphore (``concurrency``); the host never blocks its loop, and a dead or hung interpreter is
-killed and replaced transparently (its in-flight runs get an error result, later runs work).
+killed and replaced transparently (its in-flight runs get an error result, later runs work). A sandbox that
+is replaced (new settings) or evicted closes once its last run is done; one whose loop shuts down
+(``asyncio.run`` returning) closes with it.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ import os
 import random
 import shutil
 import sys
+import threading
 import weakref
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ..settings import SandboxSettings
 from ._backends import BACKENDS, command, python_roots, sandbox_env
 from ._result import ExecutionResult
 
-__all__ = ["Sandbox", "SandboxUnavailableError", "get_sandbox"]
+__all__ = ["Sandbox", "SandboxUnavailableError", "get_sandbox", "retire_sandboxes"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +40,12 @@ _PROBE = "print(6 * 7)"
 _working_backend: dict[str, str] = {}  # requested backend -> the one that worked (probed once per process)
 _warned: set[str] = set()
 _orphan_uids: set[int] = set()  # run uids of dead interpreters: reaped by the next one (limits-only)
-_registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[SandboxSettings, Sandbox]] = (
-    weakref.WeakKeyDictionary()
-)
+_MAX_PER_LOOP = 4  # sandboxes (warm interpreters) kept per event loop; the least recently used closes
+_registry_lock = threading.Lock()  # loops on several threads share the registry
+_registry: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, collections.OrderedDict[SandboxSettings, Sandbox]
+] = weakref.WeakKeyDictionary()
+_closing: set[asyncio.Task[None]] = set()  # retired sandboxes closing in the background
 
 
 def _warn_once(message: str) -> None:
@@ -225,6 +232,9 @@ class Sandbox:
         self._slots = asyncio.Semaphore(self.concurrency)
         self._interp: _Interpreter | None = None
         self._starting = asyncio.Lock()
+        self._active = 0
+        self._retired = False
+        self._guard: AsyncGenerator[None, None] | None = None
 
     @property
     def backend(self) -> str | None:
@@ -239,7 +249,20 @@ class Sandbox:
                 await self._interp.close()
                 self._interp = None
             self._interp = await self._start()
+            if self._guard is None:
+                self._guard = self._close_at_loop_shutdown()
+                await self._guard.__anext__()
             return self._interp
+
+    async def _close_at_loop_shutdown(self) -> AsyncGenerator[None, None]:
+        """An async generator the loop tracks: ``shutdown_asyncgens`` (run by ``asyncio.run`` and
+        ``asyncio.Runner`` before closing the loop) finalizes it, which stops the interpreter cleanly
+        instead of leaving it to a garbage-collected transport's SIGKILL."""
+        try:
+            yield
+        finally:
+            self._guard = None
+            await self.aclose()
 
     async def _start(self) -> _Interpreter:
         wanted = self.settings.backend
@@ -265,17 +288,23 @@ class Sandbox:
     async def run(self, code: str) -> ExecutionResult:
         """Execute ``code``; never raises for anything the code does (the result says what happened)."""
         settings = self.settings
-        async with self._slots:
-            interp = None
-            try:
-                interp = await self._interpreter()
-                reply = await interp.request(code, settings)
-            except asyncio.TimeoutError:
-                await self._discard(interp)
-                return self._error("the sandbox stopped answering; it was restarted")
-            except (SandboxUnavailableError, OSError) as exc:  # OSError: broken pipe to a dead interpreter
-                await self._discard(interp)
-                return self._error(str(exc))
+        self._active += 1
+        try:
+            async with self._slots:
+                interp = None
+                try:
+                    interp = await self._interpreter()
+                    reply = await interp.request(code, settings)
+                except asyncio.TimeoutError:
+                    await self._discard(interp)
+                    return self._error("the sandbox stopped answering; it was restarted")
+                except (SandboxUnavailableError, OSError) as exc:  # OSError: broken pipe to a dead one
+                    await self._discard(interp)
+                    return self._error(str(exc))
+        finally:
+            self._active -= 1
+            if self._retired and not self._active:
+                self._close_soon()
         return ExecutionResult(
             stdout=reply.get("stdout", ""),
             stderr=reply.get("stderr", ""),
@@ -301,6 +330,17 @@ class Sandbox:
         if interp is not None:
             await interp.close()
 
+    def retire(self) -> None:
+        """Close once the runs in flight are done (call on the sandbox's loop); a later run restarts it."""
+        self._retired = True
+        if not self._active:
+            self._close_soon()
+
+    def _close_soon(self) -> None:
+        task = asyncio.ensure_future(self.aclose())
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+
     async def aclose(self) -> None:
         """Stop the interpreter (and with it every run still going)."""
         async with self._starting:
@@ -312,8 +352,22 @@ class Sandbox:
 def get_sandbox(settings: SandboxSettings) -> Sandbox:
     """The sandbox for ``settings`` on the running event loop (created on first use)."""
     loop = asyncio.get_running_loop()
-    per_loop = _registry.setdefault(loop, {})
-    sandbox = per_loop.get(settings)
-    if sandbox is None:
-        sandbox = per_loop[settings] = Sandbox(settings)
+    with _registry_lock:
+        per_loop = _registry.setdefault(loop, collections.OrderedDict())
+        sandbox = per_loop.get(settings)
+        if sandbox is None:
+            sandbox = per_loop[settings] = Sandbox(settings)
+        per_loop.move_to_end(settings)
+        evicted = [per_loop.popitem(last=False)[1] for _ in range(len(per_loop) - _MAX_PER_LOOP)]
+    for old in evicted:
+        old.retire()
     return sandbox
+
+
+def retire_sandboxes(settings: SandboxSettings) -> None:
+    """Close every loop's sandbox for ``settings`` once its runs are done (from any thread)."""
+    with _registry_lock:
+        found = [(loop, boxes.pop(settings)) for loop, boxes in _registry.items() if settings in boxes]
+    for loop, sandbox in found:
+        with contextlib.suppress(RuntimeError):  # a closed loop: its interpreter went with its transports
+            loop.call_soon_threadsafe(sandbox.retire)

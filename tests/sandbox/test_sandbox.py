@@ -473,3 +473,68 @@ async def test_a_run_cannot_see_other_runs_code_or_output(sandbox):
     )
     assert (await sibling).stdout.strip() == secret
     assert probe.stdout.strip() == "0", probe
+
+
+# -- event loops, threads and reconfiguration -------------------------------------------------------
+
+
+def _run_on_a_new_loop(code: str, settings: SandboxSettings) -> tuple[str, int]:
+    """``asyncio.run`` in a worker thread, as a second rollout thread would: (stdout, interpreter pid)."""
+
+    async def main() -> tuple[str, int]:
+        result = await run_python(code, settings)
+        return result.stdout, _sandbox.get_sandbox(settings)._interp.proc.pid
+
+    return asyncio.run(main())
+
+
+async def test_several_event_loops_and_threads():
+    settings = SandboxSettings(timeout_s=5, prewarm=False)
+    loop = asyncio.get_running_loop()
+    jobs = [loop.run_in_executor(None, _run_on_a_new_loop, f"print({i})", settings) for i in range(3)]
+    here = await run_python("print('here')", settings)  # and on this loop, at the same time
+    outcomes = await asyncio.gather(*jobs)
+    assert [out for out, _ in outcomes] == ["0\n", "1\n", "2\n"] and here.stdout == "here\n"
+    assert len({pid for _, pid in outcomes}) == 3  # one interpreter per loop
+    for _, pid in outcomes:  # stopped (and reaped) when its loop shut down
+        assert not Path(f"/proc/{pid}").exists(), pid
+    assert (await run_python("print('again')", settings)).stdout == "again\n"
+
+
+async def test_configure_sandbox_replaces_the_interpreter_after_its_runs():
+    import slime_strands.sandbox as package
+
+    original = package._settings
+    first, second = SandboxSettings(timeout_s=4, prewarm=False), SandboxSettings(timeout_s=5, prewarm=False)
+    try:
+        package.configure_sandbox(first)
+        package.configure_sandbox(first)  # idempotent
+        assert (await run_python("print(1)")).stdout == "1\n"
+        old = _sandbox.get_sandbox(first)._interp
+        in_flight = asyncio.create_task(run_python("import time\ntime.sleep(0.5)\nprint('old')"))
+        await asyncio.sleep(0.2)
+        package.configure_sandbox(second)
+        new = await run_python("print('new')")
+        assert (await in_flight).stdout == "old\n" and new.stdout == "new\n"
+        assert _sandbox.get_sandbox(second)._interp is not old
+        for _ in range(100):
+            if old.proc.returncode is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert old.proc.returncode is not None  # the replaced interpreter stopped once idle
+    finally:
+        package.configure_sandbox(original)
+
+
+async def test_least_recently_used_sandboxes_close():
+    variants = [SandboxSettings(timeout_s=5 + i, prewarm=False) for i in range(_sandbox._MAX_PER_LOOP + 1)]
+    interpreters = []
+    for settings in variants:
+        assert (await run_python("print(1)", settings)).stdout == "1\n"
+        interpreters.append(_sandbox.get_sandbox(settings)._interp)
+    for _ in range(100):
+        if interpreters[0].proc.returncode is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert interpreters[0].proc.returncode is not None
+    assert all(i.proc.returncode is None for i in interpreters[1:])
