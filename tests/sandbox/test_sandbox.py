@@ -356,6 +356,25 @@ async def test_execute_python_code_tool():
     assert failed["status"] == "error" and "ValueError: bad input" in failed["content"][0]["text"]
 
 
+async def test_tool_through_a_strands_agent_registry():
+    """As an agent holds it: its registry's spec, and a direct call (Strands runs it on its own loop)."""
+    from strands import Agent
+
+    agent = Agent(tools=[execute_python_code], callback_handler=None)
+    (spec,) = agent.tool_registry.get_all_tool_specs()
+    assert spec["name"] == "execute_python_code" and "numpy" in spec["description"]
+    assert set(spec["inputSchema"]["json"]["properties"]) == {"code"}
+
+    def call() -> dict:
+        code = "import numpy as np\nprint(np.arange(4).sum())\nprint(1 / 0)"
+        return agent.tool.execute_python_code(code=code, record_direct_tool_call=False)
+
+    reply = await asyncio.get_running_loop().run_in_executor(None, call)
+    text = reply["content"][0]["text"]
+    assert reply["status"] == "error" and text.startswith("6\n[stderr]\nTraceback")
+    assert text.endswith("ZeroDivisionError: division by zero\n[exit code 1]"), text
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 async def test_auto_prefers_bwrap():
     result = await run_python("print(1)", SandboxSettings(backend="auto"))
