@@ -27,6 +27,7 @@ import traceback
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 _IPC_RMID = 0
 # Shared, writable places a run could leave state in for the next one: what its uid owns there is removed.
@@ -148,7 +149,8 @@ def _enter_minimal_root(python_roots, tmp_mb):
             os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
             open(target, "a").close()
         _mount(path, target, None, _MS_BIND | _MS_REC)
-        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+        nodev = _MS_NODEV if is_dir else 0  # the bound files are /dev/null and friends
+        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | nodev)
 
     for path in _SYSTEM_DIRS:
         if os.path.islink(path):
@@ -384,6 +386,7 @@ class Zygote:
                 os.setgid(uid)
                 os.setuid(uid)
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
+            _prctl(_PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries (mount, passwd, su...) run without privileges
             os.chdir(run_dir)
             os.environ["HOME"] = os.environ["TMPDIR"] = run_dir
             sys.stdin = open(0, closefd=False)  # noqa: SIM115

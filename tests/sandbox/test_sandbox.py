@@ -175,6 +175,22 @@ async def test_host_files(sandbox):
         assert f"{PROJECT_FILE} FileNotFoundError" in out, out
 
 
+async def test_setuid_binaries_give_no_privileges(sandbox):
+    code = (
+        "import os, subprocess\n"
+        "print([l for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0].split()[1])\n"
+        "for tool in ('/usr/bin/mount', '/usr/bin/passwd'):\n"
+        "    if os.path.exists(tool) and os.stat(tool).st_mode & 0o4000:\n"
+        "        done = subprocess.run([tool, '--bind', '/', '/tmp'] if 'mount' in tool else [tool, '-S'],\n"
+        "                              capture_output=True, text=True)\n"
+        "        print(tool, done.returncode)\n"
+    )
+    result = await sandbox.run(code)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "1", result
+    assert all(not line.endswith(" 0") for line in lines[1:]), result  # each refused: not root
+
+
 async def test_writes_outside_the_run_dir(sandbox):
     targets = ["/usr/pwned", "/etc/pwned", str(PROJECT_FILE.parent / "pwned")]
     if sandbox.backend != "limits":
