@@ -8,7 +8,8 @@ sandbox's concurrency), and prints executions/second with the ratio to camel.
     python benchmarks/bench_sandbox.py [--runs 40] [--no-camel]
 
 "warm" is the default (numpy and sympy preloaded in the forking interpreter); "no-preload" is
-``prewarm: false`` (still forked, but every run imports what it uses).
+``prewarm: false`` (still forked, but every run imports what it uses); "cold" starts a whole new sandbox
+(namespaces + interpreter) for every run, as a per-call sandbox without a warm interpreter would.
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ async def ours(backend: str, prewarm: bool, snippet: str, runs: int) -> tuple[fl
     finally:
         await box.aclose()
     return sequential, concurrent
+
+
+async def cold(backend: str, snippet: str, runs: int) -> float:
+    """Executions per second when every run starts (and stops) its own sandbox."""
+    started = time.perf_counter()
+    for _ in range(runs):
+        box = Sandbox(SandboxSettings(backend=backend, prewarm=False, timeout_s=60))
+        try:
+            result = await box.run(SNIPPETS[snippet])
+        finally:
+            await box.aclose()
+        assert result.stdout.strip() == EXPECTED[snippet], result
+    return runs / (time.perf_counter() - started)
 
 
 def camel(snippet: str, runs: int) -> float:
@@ -92,6 +106,14 @@ async def main() -> None:
                 sequential, concurrent = rates
                 ratio = f"{sequential / baseline[snippet]:.2f}" if snippet in baseline else "-"
                 print(f"{label:<22}{snippet:<9}{sequential:>12.1f}{ratio:>10}{concurrent:>13.1f}")
+        for snippet in SNIPPETS:
+            try:
+                rate = await cold(backend, snippet, max(opts.runs // 4, 3))
+            except AssertionError as exc:
+                print(f"{backend + ' cold':<22}{snippet:<9}  failed: {str(exc)[:60]}")
+                continue
+            ratio = f"{rate / baseline[snippet]:.2f}" if snippet in baseline else "-"
+            print(f"{backend + ' cold':<22}{snippet:<9}{rate:>12.1f}{ratio:>10}{'-':>13}")
 
 
 if __name__ == "__main__":
