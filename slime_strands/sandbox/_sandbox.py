@@ -22,7 +22,7 @@ import shutil
 import sys
 import threading
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from ..settings import SandboxSettings
@@ -190,20 +190,26 @@ class _Interpreter:
             "max_processes": settings.max_processes,
             "max_output_bytes": settings.max_output_chars * _BYTES_PER_CHAR,
         }
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        await self.proc.stdin.drain()
+        patience = settings.timeout_s + _HOST_GRACE_S
         try:
-            return await asyncio.wait_for(future, settings.timeout_s + _HOST_GRACE_S)
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            await asyncio.wait_for(self.proc.stdin.drain(), patience)  # a hung interpreter stops reading
+            return await asyncio.wait_for(future, patience)
         finally:
             self.pending.pop(rid, None)
 
-    async def close(self) -> None:
+    async def close(self, hung: bool = False) -> None:
         if self.backend == "limits" and self.uids:
             _orphan_uids.update(self.uids)
-        # EOF first: the interpreter kills its runs, removes their files and exits; then signals.
+        # EOF first: the interpreter kills its runs, removes their files and exits; then signals. A hung
+        # one does not read: SIGKILL the launcher at once (the namespace dies with it), except the limits
+        # keeper, whose SIGTERM makes it kill the server it forked (`unshare` ignores SIGTERM).
         if self.proc.stdin is not None:
             self.proc.stdin.close()
-        for stop in (None, self.proc.terminate, self.proc.kill):
+        stops: tuple[Callable[[], None] | None, ...] = (None, self.proc.terminate, self.proc.kill)
+        if hung:
+            stops = (self.proc.terminate, self.proc.kill) if self.backend == "limits" else (self.proc.kill,)
+        for stop in stops:
             if stop is not None:
                 with contextlib.suppress(ProcessLookupError):
                     stop()
@@ -296,7 +302,7 @@ class Sandbox:
                     interp = await self._interpreter()
                     reply = await interp.request(code, settings)
                 except asyncio.TimeoutError:
-                    await self._discard(interp)
+                    await self._discard(interp, hung=True)
                     return self._error("the sandbox stopped answering; it was restarted")
                 except (SandboxUnavailableError, OSError) as exc:  # OSError: broken pipe to a dead one
                     await self._discard(interp)
@@ -322,13 +328,13 @@ class Sandbox:
     def _error(self, message: str) -> ExecutionResult:
         return ExecutionResult("", "", None, backend=self.backend or "", error=message)
 
-    async def _discard(self, interp: _Interpreter | None) -> None:
+    async def _discard(self, interp: _Interpreter | None, hung: bool = False) -> None:
         """Drop a dead or hung interpreter (not a newer one another run already started)."""
         async with self._starting:
             if interp is not None and self._interp is interp:
                 self._interp = None
         if interp is not None:
-            await interp.close()
+            await interp.close(hung)
 
     def retire(self) -> None:
         """Close once the runs in flight are done (call on the sandbox's loop); a later run restarts it."""

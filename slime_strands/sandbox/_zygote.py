@@ -438,6 +438,13 @@ def _keep():
         return
     os.close(0)
     os.close(1)  # the server alone holds the channel: the host sees EOF when the server is gone
+
+    def stop(*_):  # the host closing us: let the server clean up, but kill it if it is hung or stopped
+        os.kill(pid, signal.SIGTERM)
+        signal.signal(signal.SIGALRM, lambda *_: os.kill(pid, signal.SIGKILL))
+        signal.alarm(1)
+
+    signal.signal(signal.SIGTERM, stop)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
@@ -450,8 +457,8 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if config.get("keeper"):
         _keep()
-    else:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    # Under bwrap / unshare the launcher's death kills the whole pid namespace (``--kill-child`` is a
+    # SIGKILL parent-death signal, which must not be weakened to SIGTERM: a hung server would survive).
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     private_tmp = config.get("private_tmp")
     if private_tmp == "chroot":  # unshare: build bwrap's view ourselves, before importing anything more

@@ -8,9 +8,12 @@ uid and rlimits only. Whatever the backend, the caller keeps working and nothing
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -235,6 +238,13 @@ async def test_fork_bomb(sandbox):
     assert result.timed_out and time.monotonic() - started < 10
     await _nothing_left(sandbox)
     assert (await sandbox.run("print('alive')")).stdout == "alive\n"
+    if ROOT:  # max_processes (32) binds: RLIMIT_NPROC of the run's own uid
+        result = await sandbox.run(
+            "import os, time\nstarted = 0\nfor _ in range(40):\n    try:\n"
+            "        if os.fork() == 0:\n            time.sleep(0.5)\n            os._exit(0)\n"
+            "        started += 1\n    except OSError:\n        pass\nprint(started)"
+        )
+        assert 20 <= int(result.stdout) < 32, result
 
 
 async def test_memory_bomb(sandbox):
@@ -342,6 +352,42 @@ async def test_dead_interpreter_is_replaced(sandbox):
     result = await sandbox.run("print('back')")
     assert result.stdout == "back\n" or result.error  # in flight when it died: an error result, no raise
     assert (await sandbox.run("print('back')")).stdout == "back\n"
+
+
+def _zygote_pid(box: Sandbox) -> int:
+    """Host pid of the warm interpreter: the outermost descendant of the started process running Python."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    level, found = [box._interp.proc.pid], []
+    while level and not found:
+        level = [pid for pid, parent in parents.items() if parent in level]
+        for pid in level:
+            with contextlib.suppress(OSError):
+                if (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:1]) == [sys.executable.encode()]:
+                    found.append(pid)
+    assert len(found) == 1, found
+    return found[0]
+
+
+async def test_hung_interpreter_is_replaced(sandbox, monkeypatch):
+    monkeypatch.setattr(_sandbox, "_HOST_GRACE_S", 0.5)
+    hung = _zygote_pid(sandbox)
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        result = await sandbox.run("print('never')")
+        assert result.error and "stopped answering" in result.error, result
+        assert (await sandbox.run("print('back')")).stdout == "back\n"
+        for _ in range(100):  # the stopped one was killed, not left behind
+            if not Path(f"/proc/{hung}").exists():
+                break
+            await asyncio.sleep(0.05)
+        assert not Path(f"/proc/{hung}").exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hung, signal.SIGKILL)
 
 
 async def test_no_leaks_after_many_runs(sandbox):
