@@ -419,6 +419,7 @@ class Zygote:
                 ("RLIMIT_NPROC", int(request["max_processes"])),
                 ("RLIMIT_CORE", 0),
                 ("RLIMIT_MSGQUEUE", 0),  # POSIX message queues would outlive the run
+                ("RLIMIT_NOFILE", 1024),  # open files cost kernel memory no other limit counts
             ):
                 resource.setrlimit(getattr(resource, name), (value, value))
             if uid is not None:
