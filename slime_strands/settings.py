@@ -64,10 +64,12 @@ class SandboxSettings:
     file_size_mb: int = 16
     """RLIMIT_FSIZE: largest file the code may write, in MiB."""
     max_processes: int = 32
-    """Most processes/threads the code may have alive (enforced with a pid namespace where available)."""
+    """Most processes/threads one run may have alive: RLIMIT_NPROC of the run's own uid (when the host runs
+    as root; otherwise only the pid namespace of bwrap / unshare contains them)."""
     tmp_size_mb: int = 1024
-    """Size of the private, RAM-backed /tmp holding every run's directory (bwrap, unshare): bounds what
-    hostile code can write in total, where ``file_size_mb`` bounds one file."""
+    """Size of each private, RAM-backed tmpfs (``/tmp``, holding every run's directory, and ``/dev/shm``)
+    under bwrap and unshare: bounds what hostile code can write in total, where ``file_size_mb`` bounds
+    one file."""
     max_output_chars: int = 8000
     """Characters of stdout+stderr shown to the model (head + tail with a marker when longer)."""
     concurrency: int | None = None
