@@ -3,8 +3,9 @@
 ``bwrap``: bubblewrap with its own pid / net / ipc / uts namespaces, the system and Python read-only, a
 private tmpfs ``/tmp``, no host home or project files, dying with its parent. ``unshare``: util-linux
 ``unshare`` with its own pid / net / ipc / uts / mount namespaces, in which the interpreter builds the same
-minimal read-only root and chroots into it (as root). ``limits``: no namespaces at all (rlimits, run uid, scrubbed environment, ``-I``
-and a private temp dir only). Every backend runs each snippet as an unprivileged uid when we are root.
+minimal read-only root and chroots into it (as root). ``limits``: no namespaces at all (rlimits, run
+uid, scrubbed environment, ``-I`` and a private temp dir only). Every backend runs each snippet as an
+unprivileged uid when we are root.
 """
 
 from __future__ import annotations

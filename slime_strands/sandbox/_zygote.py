@@ -1,12 +1,14 @@
 """The warm interpreter that runs INSIDE the sandbox (its source is passed to ``python -I -c``).
 
-It imports the preload modules once, then serves JSON-line requests on stdin: each run is a fresh
-``fork`` (so no run sees another's state) that drops to its own unprivileged uid (when the zygote is
-root), applies the rlimits, moves into a private temp dir and executes the code with stdout / stderr in
-files. When the run ends or overruns, a reaper process with the run's uid sends SIGKILL to every process
-of that uid (``kill(-1)``), which catches setsid / double-fork escapes and background children; then the
-output is read (head + tail only) and the temp dir removed. The control pipe is closed in every child: a
-run cannot forge another run's result, and with its own uid it cannot signal the zygote or other runs.
+It imports the preload modules once, then serves JSON-line requests on stdin (JSON never contains a raw
+newline, so a line is a frame): each run is a fresh ``fork`` (so no run sees another's state) that drops
+to its own unprivileged uid (when the zygote is root), applies the rlimits, moves into a private temp dir
+and executes the code with stdout / stderr on its own pipes. When the run ends or overruns, a process
+with the run's uid sends SIGKILL to every process of that uid (``kill(-1)``), which catches setsid /
+double-fork escapes and background children, and removes its System V IPC objects; then the output is
+read (head + tail only), the temp dir and the uid's files in shared dirs removed. The control pipe is
+closed in every child: a run cannot forge another run's result, and with its own uid it cannot signal
+the zygote or other runs.
 
 Only the standard library may be used here: this file is executed, not imported, in the sandbox.
 """
