@@ -43,7 +43,8 @@ class ExecutionResult:
 
     @property
     def memory_exceeded(self) -> bool:
-        return "MemoryError" in self.stderr[-2000:] or self.exit_code == 137
+        """The code died of an uncaught MemoryError (the sandbox exits such runs with 137)."""
+        return self.exit_code == 137
 
     def to_model_text(self, max_chars: int = 8000) -> str:
         """stdout, then stderr / traceback, then one marker per limit hit; bounded to ``max_chars``."""

@@ -413,9 +413,10 @@ class Zygote:
             os.dup2(out, 1)
             os.dup2(err, 2)
             os.closerange(3, 65536)  # the control pipe and everything else of the zygote's
-            mb = 1 << 20
+            mb, cpu = 1 << 20, int(request["cpu_seconds"])
+            # CPU: SIGXCPU at the limit (reported as such), SIGKILL a second later if the code catches it.
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             for name, value in (
-                ("RLIMIT_CPU", int(request["cpu_seconds"])),
                 ("RLIMIT_AS", int(request["memory_mb"]) * mb),
                 ("RLIMIT_FSIZE", int(request["file_size_mb"]) * mb),
                 ("RLIMIT_NPROC", int(request["max_processes"])),

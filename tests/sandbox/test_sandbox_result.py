@@ -14,6 +14,8 @@ def test_the_text_the_model_sees():
         "[stderr]\nTraceback ...\nMemoryError\n[memory limit exceeded (2048 MiB)]"
     )
     assert text("", "", None, signal=24) == "[killed by SIGXCPU: CPU time limit]"
+    handled = "MemoryError: caught, printed, then exit(1)\n"
+    assert text("", handled, 1) == f"[stderr]\n{handled}[exit code 1]"  # not a memory-limit marker
     assert text("out\n", "warn\n", 2) == "out\n[stderr]\nwarn\n[exit code 2]"
     assert text("", "", None, error="boom") == "[sandbox error: boom]"
     long = ExecutionResult("h" * 6000 + "t" * 6000, "", 0, output_truncated=True).to_model_text(1000)
