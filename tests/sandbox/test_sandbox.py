@@ -258,19 +258,20 @@ async def test_memory_bomb(sandbox):
 
 
 async def test_infinite_loop_and_cpu_limit(sandbox):
+    loop = "while True:\n    pass"
+    stubborn = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n" + loop
+    tight = SandboxSettings(backend=sandbox.settings.backend, timeout_s=10, cpu_seconds=1, prewarm=False)
     started = time.monotonic()
-    result = await sandbox.run("while True:\n    pass")
+    result, cpu, killed = await asyncio.gather(  # at once: the whole test takes one timeout
+        sandbox.run(loop), run_python(loop, tight), run_python(stubborn, tight)
+    )
     elapsed = time.monotonic() - started
     assert result.timed_out and result.exit_code is None and 1.4 < elapsed < 6
     assert "[timeout: killed after 1.5 s]" in result.to_model_text()
-    tight = SandboxSettings(backend=sandbox.settings.backend, timeout_s=10, cpu_seconds=1)
-    cpu = await run_python("while True:\n    pass", tight)
-    assert not cpu.timed_out and cpu.duration_s < 5
+    assert not cpu.timed_out  # CPU seconds ran out before the 10 s wall clock
     assert cpu.to_model_text() == "[killed by SIGXCPU: CPU time limit]", cpu
-    if sandbox.backend == "limits":  # the interpreter's rlimits are the same on every backend: once
-        stubborn = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass"
-        cpu = await run_python(stubborn, tight)  # ignoring SIGXCPU: SIGKILL at the hard limit, 1 s later
-        assert not cpu.timed_out and cpu.to_model_text() == "[killed by SIGKILL]" and cpu.duration_s < 5
+    # Ignoring SIGXCPU: SIGKILL at the hard limit, a second later.
+    assert not killed.timed_out and killed.to_model_text() == "[killed by SIGKILL]"
 
 
 async def test_background_child_and_escapes_die_with_the_run(sandbox):
@@ -517,7 +518,7 @@ async def test_total_writes_are_bounded_by_the_private_tmp(backend):
 
 async def test_nonstop_printing_does_not_starve_other_runs():
     """The interpreter's read loop is the same on every backend: checked once, on the best one."""
-    box = Sandbox(SandboxSettings(timeout_s=5.0))
+    box = Sandbox(SandboxSettings(timeout_s=3.0))
     try:
         flood = asyncio.create_task(box.run("while True:\n    print('x' * 4096)"))
         await asyncio.sleep(0.3)
@@ -528,7 +529,7 @@ async def test_nonstop_printing_does_not_starve_other_runs():
     finally:
         await box.aclose()
     assert [r.stdout for r in quick] == [f"{i}\n" for i in range(5)]
-    assert waited < 3.0, waited  # a starved interpreter answers only after the flood's 5 s timeout
+    assert waited < 2.0, waited  # a starved interpreter answers only after the flood's 3 s timeout
     assert flooded.timed_out and flooded.output_truncated and len(flooded.stdout) < 100_000
 
 
