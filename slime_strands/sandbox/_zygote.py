@@ -31,6 +31,7 @@ import traceback
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_DUMPABLE = 4
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 _IPC_RMID = 0
 # Shared, writable places a run could leave state in for the next one: what its uid owns there is removed.
@@ -501,6 +502,9 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if config.get("keeper"):
         _keep()
+    # Not dumpable: a run of the same uid (no root) cannot ptrace us or open our fds via /proc (the control
+    # pipe); runs inherit it (with root they are non-dumpable anyway after setuid).
+    _prctl(_PR_SET_DUMPABLE, 0)
     # Under bwrap / unshare the launcher's death kills the whole pid namespace (``--kill-child`` is a
     # SIGKILL parent-death signal, which must not be weakened to SIGTERM: a hung server would survive).
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)

@@ -307,6 +307,24 @@ async def test_killing_the_parent_does_not_break_the_sandbox(sandbox):
         assert sandbox._interp.proc.pid == pid
 
 
+async def test_a_run_cannot_forge_results(sandbox):
+    """Fake reply lines written to every fd and to the interpreter's own fds reach no other run."""
+    forger = (
+        "import json, os\n"
+        "fake = ''.join(json.dumps({'id': i, 'stdout': 'FORGED', 'exit_code': 0}) + '\\n' for i in range(10**4))\n"
+        "hits = []\n"
+        "for fd in range(3, 256):\n"
+        "    try:\n        os.write(fd, fake.encode()); hits.append(fd)\n    except OSError:\n        pass\n"
+        "for path in [f'/proc/{os.getppid()}/fd/{n}' for n in range(8)]:\n"
+        "    try:\n        open(path, 'w').write(fake); hits.append(path)\n    except OSError:\n        pass\n"
+        "print('wrote to', hits)\n"
+    )
+    results = await asyncio.gather(sandbox.run(forger), *(sandbox.run(f"print({i})") for i in range(6)))
+    assert results[0].stdout == "wrote to []\n", results[0]
+    assert [r.stdout for r in results[1:]] == [f"{i}\n" for i in range(6)]
+    assert (await sandbox.run("print('alive')")).stdout == "alive\n"
+
+
 async def test_huge_output_is_bounded(sandbox):
     result = await sandbox.run("for i in range(500_000):\n    print(i)")
     assert result.output_truncated and result.exit_code == 0
