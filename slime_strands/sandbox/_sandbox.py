@@ -54,6 +54,41 @@ def _warn_once(message: str) -> None:
         logger.warning(message)
 
 
+def _mapped_ids(path: str) -> list[tuple[int, int]]:
+    """(first, count) of the ids mapped into our user namespace (the whole range on a plain host)."""
+    try:
+        with open(path) as lines:
+            return [(int(f[0]), int(f[2])) for f in (line.split() for line in lines) if len(f) == 3]
+    except (OSError, ValueError):
+        return [(0, 1 << 32)]
+
+
+def run_uids(count: int) -> list[int]:
+    """``count`` consecutive unused uids (= gids) for runs: random, far above any real user's, within what
+    our user namespace maps (a rootless container maps only a few thousand ids). None if too few are
+    mapped: runs then share the interpreter's uid."""
+    uid_ranges, gid_ranges = _mapped_ids("/proc/self/uid_map"), _mapped_ids("/proc/self/gid_map")
+    spans = []
+    for u_first, u_count in uid_ranges:
+        for g_first, g_count in gid_ranges:
+            low = max(u_first, g_first, 10_000)  # below: system and human users
+            high = min(u_first + u_count, g_first + g_count, 2_000_000_000)  # exclusive
+            if high - low >= count:
+                spans.append((low, high))
+    if not spans:
+        _warn_once(
+            "slime-strands sandbox: fewer than "
+            f"{count} unprivileged uids are mapped into this user namespace: runs share the sandbox "
+            "interpreter's uid (they can signal it and each other)"
+        )
+        return []
+    low, high = max(spans, key=lambda span: span[1] - span[0])
+    if high - count >= 2_000_000:  # a host: far above any uid in use
+        low = max(low, 2_000_000)
+    first = random.randrange(low, high - count + 1)
+    return list(range(first, first + count))
+
+
 class SandboxUnavailableError(RuntimeError):
     """No isolation backend could start (or the requested one cannot)."""
 
@@ -81,10 +116,7 @@ class _Interpreter:
         argv = await asyncio.get_running_loop().run_in_executor(None, build)  # may run `bwrap --help`
         if argv is None:
             raise SandboxUnavailableError(f"{backend}: not installed")
-        uids: list[int] = []
-        if root:
-            first = random.randrange(2_000_000, 2_000_000_000)
-            uids = list(range(first, first + concurrency))
+        uids = run_uids(concurrency) if root else []
         private_tmp = {"bwrap": "chmod", "unshare": "chroot" if root else None}.get(backend)
         base = "/tmp/runs" if private_tmp else None  # None: the interpreter makes (and removes) a temp dir
         try:
@@ -283,7 +315,7 @@ class Sandbox:
             if backend == "limits":
                 _warn_once(
                     f"slime-strands sandbox: NO namespace isolation ({'; '.join(errors) or 'backend=limits'}); "
-                    "model-written code runs with rlimits, a separate uid and a scrubbed environment only: it "
+                    "model-written code runs with rlimits, a separate uid (as root) and a scrubbed environment only: it "
                     "can read world-readable host files and use the network. Install bubblewrap "
                     "(apt-get install bubblewrap) or allow unprivileged namespaces."
                 )

@@ -32,6 +32,8 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 _IPC_RMID = 0
 # Shared, writable places a run could leave state in for the next one: what its uid owns there is removed.
@@ -81,6 +83,16 @@ class _Capture:
     @property
     def truncated(self):
         return self.total > len(self.head) + len(self.tail)
+
+
+def _drop_capabilities():
+    """Empty the bounding, effective, permitted and inheritable capability sets of this process."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
 
 
 def _kill_uid(uid):
@@ -430,6 +442,8 @@ class Zygote:
                 os.setgroups([])
                 os.setgid(uid)
                 os.setuid(uid)
+            else:  # root of a user namespace mapping no other uid: stay uid 0, but without capabilities
+                _drop_capabilities()
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
             _prctl(_PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries (mount, passwd, su...) run without privileges
             os.chdir(run_dir)

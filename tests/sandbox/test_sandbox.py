@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -654,3 +655,45 @@ async def test_least_recently_used_sandboxes_close():
         await asyncio.sleep(0.02)
     assert interpreters[0].proc.returncode is not None
     assert all(i.proc.returncode is None for i in interpreters[1:])
+
+
+_ROOTLESS_SCRIPT = """
+import asyncio, json
+from slime_strands.sandbox import Sandbox
+from slime_strands.settings import SandboxSettings
+
+async def main():
+    out = {}
+    for backend in ("auto", "limits"):
+        box = Sandbox(SandboxSettings(backend=backend, prewarm=False, timeout_s=5))
+        probe = await box.run(
+            "import os\\nprint(os.getuid(), [l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')])"
+        )
+        await box.run("import os\\nos.kill(os.getppid(), 9)")
+        after = await box.run("print('alive')")
+        after = after if after.stdout else await box.run("print('alive')")
+        out[backend] = [box.backend, probe.stdout, after.stdout]
+        await box.aclose()
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is not installed")
+async def test_root_of_a_user_namespace_mapping_one_uid():
+    """A rootless container: uid 0, but no other uid to give runs. Runs share uid 0 with no capabilities."""
+    proc = await asyncio.create_subprocess_exec(
+        "unshare", "--user", "--map-root-user", sys.executable, "-c", _ROOTLESS_SCRIPT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    if proc.returncode and b"unshare failed" in stderr:
+        pytest.skip(f"no user namespaces here: {stderr.decode()[-200:]}")
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    out = json.loads(stdout)
+    zero_caps = str(["0000000000000000"] * 5)
+    for backend, (_, probe, after) in out.items():
+        assert probe == f"0 {zero_caps}\n", (backend, probe)
+        assert after == "alive\n", backend  # killing the interpreter it shares a uid with: replaced
+    assert out["auto"][0] in ("bwrap", "unshare")
