@@ -85,6 +85,22 @@ class _Capture:
         return self.total > len(self.head) + len(self.tail)
 
 
+def _children():
+    """Pids of this (single-threaded) process's children."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as listing:
+            return {int(pid) for pid in listing.read().split()}
+    except OSError:  # a kernel without CONFIG_PROC_CHILDREN: scan /proc
+        found = set()
+        for entry in os.scandir("/proc"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if entry.name.isdigit():
+                    with open(f"/proc/{entry.name}/stat") as stat:
+                        if int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                            found.add(int(entry.name))
+        return found
+
+
 def _drop_capabilities():
     """Empty the bounding, effective, permitted and inheritable capability sets of this process."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -368,6 +384,8 @@ class Zygote:
         if status is None:
             with contextlib.suppress(ChildProcessError):
                 _, status = os.waitpid(pid, 0)
+        if run["uid"] is None:
+            self._kill_strays()
         for capture in run["captures"]:  # every writer is dead now: read to the end, then close
             while capture.pump() == "more":
                 pass
@@ -395,6 +413,22 @@ class Zygote:
             elif os.WIFSIGNALED(status):
                 result["signal"] = os.WTERMSIG(status)
         self.out.write(json.dumps(result) + "\n")
+
+    def _kill_strays(self):
+        """Runs sharing our uid: what they left running outside their process group (setsid and
+        double-fork daemons) is reparented to us, the subreaper, once its parent dies. Kill every child
+        that is not a running run, then the children those leave behind, until none is left."""
+        keep = set(self.runs) | ({self.reaper.pid} if self.reaper else set())
+        for _ in range(64):
+            strays = _children() - keep
+            if not strays:
+                return
+            for pid in strays:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            for pid in strays:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
 
     def _reap_uid(self, uid):
         """SIGKILL every process of ``uid`` (the run and anything it spawned, detached or not), then remove

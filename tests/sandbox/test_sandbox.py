@@ -658,9 +658,16 @@ async def test_least_recently_used_sandboxes_close():
 
 
 _ROOTLESS_SCRIPT = """
-import asyncio, json
+import asyncio, json, os
 from slime_strands.sandbox import Sandbox
 from slime_strands.settings import SandboxSettings
+
+DAEMON = (
+    "import os, time\\n"
+    "if os.fork() == 0:\\n    os.setsid()\\n"
+    "    if os.fork() == 0:\\n        print(os.getpid(), flush=True)\\n        time.sleep(60)\\n    os._exit(0)\\n"
+    "time.sleep(0.3)\\n"
+)
 
 async def main():
     out = {}
@@ -669,10 +676,14 @@ async def main():
         probe = await box.run(
             "import os\\nprint(os.getuid(), [l.split()[1] for l in open('/proc/self/status') if l.startswith('Cap')])"
         )
+        daemon = await box.run(DAEMON)
         await box.run("import os\\nos.kill(os.getppid(), 9)")
         after = await box.run("print('alive')")
         after = after if after.stdout else await box.run("print('alive')")
         out[backend] = [box.backend, probe.stdout, after.stdout]
+        if backend == "limits":  # host pids: the daemon must be gone
+            pid = int(daemon.stdout)
+            out["daemon_alive"] = os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
         await box.aclose()
     print(json.dumps(out))
 
@@ -693,6 +704,7 @@ async def test_root_of_a_user_namespace_mapping_one_uid():
     assert proc.returncode == 0, stderr.decode()[-2000:]
     out = json.loads(stdout)
     zero_caps = str(["0000000000000000"] * 5)
+    assert out.pop("daemon_alive") is False  # a setsid daemon dies with its run, shared uid or not
     for backend, (_, probe, after) in out.items():
         assert probe == f"0 {zero_caps}\n", (backend, probe)
         assert after == "alive\n", backend  # killing the interpreter it shares a uid with: replaced
