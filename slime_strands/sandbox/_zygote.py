@@ -34,6 +34,11 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}.get(
+    os.uname().machine
+)
+_KEYCTL_JOIN_SESSION_KEYRING, _KEYCTL_CLEAR = 1, 7
+_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING = -4, -5
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 _IPC_RMID = 0
 # Shared, writable places a run could leave state in for the next one: what its uid owns there is removed.
@@ -85,6 +90,15 @@ class _Capture:
         return self.total > len(self.head) + len(self.tail)
 
 
+def _keyctl(operation, argument):
+    """The keyctl system call (glibc has no wrapper); nothing on an unknown architecture or under a
+    seccomp policy that forbids it (then runs cannot use keyrings either)."""
+    if _SYS_KEYCTL is not None:
+        ctypes.CDLL(None, use_errno=True).syscall(
+            _SYS_KEYCTL, ctypes.c_long(operation), ctypes.c_long(argument)
+        )
+
+
 def _children():
     """Pids of this (single-threaded) process's children."""
     try:
@@ -125,6 +139,8 @@ def _kill_uid(uid):
                 with contextlib.suppress(OSError):
                     os.kill(-1, signal.SIGKILL)
             _remove_ipc_of(uid)  # as the owner: no IPC capability needed
+            for keyring in (_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING):
+                _keyctl(_KEYCTL_CLEAR, keyring)  # keys persist per uid, for the next run of this uid
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
@@ -480,6 +496,7 @@ class Zygote:
                 _drop_capabilities()
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
             _prctl(_PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries (mount, passwd, su...) run without privileges
+            _keyctl(_KEYCTL_JOIN_SESSION_KEYRING, 0)  # not the interpreter's, which every run would share
             os.chdir(run_dir)
             os.environ["HOME"] = os.environ["TMPDIR"] = run_dir
             sys.stdin = open(0, closefd=False)  # noqa: SIM115
@@ -550,6 +567,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if config.get("keeper"):
         _keep()
+    _keyctl(_KEYCTL_JOIN_SESSION_KEYRING, 0)  # drop the host's session keyring (and any keys in it)
     # Not dumpable: a run of the same uid (no root) cannot ptrace us or open our fds via /proc (the control
     # pipe); runs inherit it (with root they are non-dumpable anyway after setuid).
     _prctl(_PR_SET_DUMPABLE, 0)

@@ -151,6 +151,13 @@ async def test_shared_places_are_emptied_after_each_run(sandbox):
     assert left.stdout == "True True True False\n", left  # POSIX queues: RLIMIT_MSGQUEUE is 0
     found = await sandbox.run(find)
     assert found.stdout == "False False False False False False\n", found
+    if os.uname().machine == "x86_64":  # keys in the uid's keyrings and the session keyring
+        add_key = "ctypes.CDLL(None).syscall(248, b'user', b'left-behind', b'x', 1, ctypes.c_long({}))"
+        leave = "import ctypes\n" + "\n".join(add_key.format(ring) for ring in (-3, -4, -5))
+        await sandbox.run(leave)
+        search = "ctypes.CDLL(None).syscall(250, 10, ctypes.c_long({}), b'user', b'left-behind', 0) > 0"
+        find = "import ctypes\nprint([" + ", ".join(search.format(ring) for ring in (-3, -4, -5)) + "])"
+        assert (await sandbox.run(find)).stdout == "[False, False, False]\n"
     assert not Path("/dev/shm/left-behind").exists() and not Path("/tmp/left-behind").exists()
 
 
@@ -709,3 +716,42 @@ async def test_root_of_a_user_namespace_mapping_one_uid():
         assert probe == f"0 {zero_caps}\n", (backend, probe)
         assert after == "alive\n", backend  # killing the interpreter it shares a uid with: replaced
     assert out["auto"][0] in ("bwrap", "unshare")
+
+
+_KEYRING_SCRIPT = """
+import asyncio, ctypes, json, sys
+from slime_strands.sandbox import Sandbox
+from slime_strands.settings import SandboxSettings
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall(250, ctypes.c_long(1), b"host-session")  # a session keyring, as after a login
+libc.syscall(248, b"user", b"host-secret", b"hunter2", 7, ctypes.c_long(-3))
+ADD = "import ctypes\\nctypes.CDLL(None).syscall(248, b'user', b'shared', b'x', 1, ctypes.c_long(-3))"
+FIND = (
+    "import ctypes, time\\ntime.sleep(0.5)\\nfind = lambda d: ctypes.CDLL(None).syscall(250, 10, ctypes.c_long(-3), b'user', d, 0) > 0\\n"
+    "print(find(b'host-secret'), find(b'shared'))"
+)
+
+async def main():
+    out = {}
+    for backend in sys.argv[1:]:
+        box = Sandbox(SandboxSettings(backend=backend, prewarm=False))
+        _, found = await asyncio.gather(box.run(ADD), box.run(FIND))
+        out[backend] = found.stdout or found.to_model_text()
+        await box.aclose()
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the test calls keyctl by its x86_64 number")
+async def test_runs_hold_neither_the_hosts_nor_a_shared_session_keyring():
+    backends = [p.values[0] for p in _backend_params() if not p.marks[0].args[0]]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _KEYRING_SCRIPT, *backends,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    assert json.loads(stdout) == dict.fromkeys(backends, "False False\n")
