@@ -60,7 +60,8 @@ class SandboxSettings:
     cpu_seconds: int = 10
     """RLIMIT_CPU of the executed code."""
     memory_mb: int = 2048
-    """RLIMIT_AS (address space) of the executed code, in MiB (the preloaded interpreter counts: ~140 MiB)."""
+    """RLIMIT_AS (address space) of each process of the executed code, in MiB (the preloaded interpreter
+    counts: ~140 MiB)."""
     file_size_mb: int = 16
     """RLIMIT_FSIZE: largest file the code may write, in MiB."""
     max_processes: int = 32
