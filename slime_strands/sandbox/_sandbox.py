@@ -227,6 +227,10 @@ class _Interpreter:
             self.proc.stdin.write(json.dumps(message).encode() + b"\n")
             await asyncio.wait_for(self.proc.stdin.drain(), patience)  # a hung interpreter stops reading
             return await asyncio.wait_for(future, patience)
+        except asyncio.CancelledError:  # the caller gave up (e.g. slime aborted the rollout): stop the run
+            with contextlib.suppress(OSError, RuntimeError):
+                self.proc.stdin.write(json.dumps({"cancel": rid}).encode() + b"\n")
+            raise
         finally:
             self.pending.pop(rid, None)
 

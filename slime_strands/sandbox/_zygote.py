@@ -334,6 +334,9 @@ class Zygote:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     request = json.loads(line)
+                    if "cancel" in request:
+                        self._cancel(request["cancel"])
+                        continue
                     try:
                         self._start(request)
                     except OSError as exc:  # fork / mkdir refused (e.g. out of memory): this run fails
@@ -373,6 +376,13 @@ class Zygote:
             "limits": request,
             "captures": captures,
         }
+
+    def _cancel(self, request_id):
+        """The host no longer waits for this request: kill its run (or drop it from the queue)."""
+        self.waiting = [r for r in self.waiting if r["id"] != request_id]
+        for pid, run in list(self.runs.items()):
+            if run["id"] == request_id:
+                self._finish(pid, killed=True)
 
     def _collect(self):
         while True:

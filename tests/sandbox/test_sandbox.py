@@ -389,6 +389,28 @@ async def test_dead_interpreter_is_replaced(sandbox):
     assert (await sandbox.run("print('back')")).stdout == "back\n"
 
 
+async def test_a_cancelled_run_is_killed_and_frees_its_slot():
+    """slime aborts rollouts mid-tool-call: the run must stop, not hold its slot until its timeout."""
+    box = Sandbox(SandboxSettings(concurrency=1, timeout_s=30, prewarm=False))
+    try:
+        await box.run("print(1)")
+        uids = set(box._interp.uids)
+        slow = asyncio.create_task(
+            box.run("import os, time\nif os.fork() == 0:\n    time.sleep(60)\ntime.sleep(60)")
+        )
+        await asyncio.sleep(0.5)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        started = time.monotonic()
+        assert (await box.run("print('next')")).stdout == "next\n"
+        assert time.monotonic() - started < 5  # not after the cancelled run's 30 s timeout
+        if ROOT:
+            assert not _uid_processes(uids)
+    finally:
+        await box.aclose()
+
+
 def _zygote_pid(box: Sandbox) -> int:
     """Host pid of the warm interpreter: the outermost descendant of the started process running Python."""
     parents = {}
