@@ -430,7 +430,7 @@ def _zygote_pid(box: Sandbox) -> int:
 
 
 async def test_hung_interpreter_is_replaced(sandbox, monkeypatch):
-    monkeypatch.setattr(_sandbox, "_HOST_GRACE_S", 0.5)
+    monkeypatch.setattr(_sandbox, "_HOST_GRACE_S", -1.0)  # give up 0.5 s after sending (1.5 s timeout)
     hung = _zygote_pid(sandbox)
     os.kill(hung, signal.SIGSTOP)
     try:
@@ -596,8 +596,8 @@ async def test_multiprocessing_and_deep_recursion(sandbox):
 
 async def test_a_run_cannot_see_other_runs_code_or_output(sandbox):
     secret = "sibling-secret-4242"
-    sibling = asyncio.create_task(sandbox.run(f"import time\nprint({secret!r}, flush=True)\ntime.sleep(1)"))
-    await asyncio.sleep(0.3)  # the sibling is running: its code and output are in the interpreter
+    sibling = asyncio.create_task(sandbox.run(f"import time\nprint({secret!r}, flush=True)\ntime.sleep(0.6)"))
+    await asyncio.sleep(0.2)  # the sibling is running: its code and output are in the interpreter
     probe = await sandbox.run(
         "import gc\n"
         "needle = 'sibling-' + 'secret-4242'\n"
