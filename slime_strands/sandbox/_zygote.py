@@ -93,10 +93,21 @@ class _Capture:
 def _keyctl(operation, argument):
     """The keyctl system call (glibc has no wrapper); nothing on an unknown architecture or under a
     seccomp policy that forbids it (then runs cannot use keyrings either)."""
-    if _SYS_KEYCTL is not None:
-        ctypes.CDLL(None, use_errno=True).syscall(
-            _SYS_KEYCTL, ctypes.c_long(operation), ctypes.c_long(argument)
-        )
+    if _SYS_KEYCTL is None:
+        return -1
+    return ctypes.CDLL(None, use_errno=True).syscall(
+        _SYS_KEYCTL, ctypes.c_long(operation), ctypes.c_long(argument), ctypes.c_long(0)
+    )
+
+
+def _has_user_keyrings(uid):
+    """Whether ``uid``'s user keyrings exist: a run used them (looking them up would create them)."""
+    names = {f"_uid.{uid}:", f"_uid_ses.{uid}:"}
+    try:
+        with open("/proc/keys") as listing:
+            return any(names.intersection(line.split()) for line in listing)
+    except OSError:
+        return True
 
 
 def _children():
@@ -139,8 +150,9 @@ def _kill_uid(uid):
                 with contextlib.suppress(OSError):
                     os.kill(-1, signal.SIGKILL)
             _remove_ipc_of(uid)  # as the owner: no IPC capability needed
-            for keyring in (_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING):
-                _keyctl(_KEYCTL_CLEAR, keyring)  # keys persist per uid, for the next run of this uid
+            if _has_user_keyrings(uid):  # keys persist per uid, for the next run of this uid
+                for keyring in (_KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING):
+                    _keyctl(_KEYCTL_CLEAR, keyring)
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
