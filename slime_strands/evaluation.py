@@ -200,7 +200,7 @@ class _Evaluator:
             ]
             progress = EvalProgress(len(self.prompts) * options.n, resumed=list(self.outcomes.values()))
             try:
-                await self._run_all(todo, runtime, writer, io, progress, log)
+                await self._run_all(todo, _Sinks(runtime, writer, io, progress, log))
             finally:
                 progress.close()
         except BaseException:
@@ -217,18 +217,10 @@ class _Evaluator:
             log.finish(report.summaries, exit_code=report.exit_code)
         return report
 
-    async def _run_all(
-        self,
-        todo: list[tuple[EvalPrompt, int]],
-        runtime: Runtime,
-        writer: TrajectoryWriter | None,
-        io: ThreadPoolExecutor,
-        progress: EvalProgress,
-        log: WandbEvalLog | None,
-    ) -> None:
+    async def _run_all(self, todo: list[tuple[EvalPrompt, int]], sinks: _Sinks) -> None:
         pending = iter(todo)
         workers = [
-            asyncio.create_task(self._worker(pending, runtime, writer, io, progress, log))
+            asyncio.create_task(self._worker(pending, sinks))
             for _ in range(min(self.options.concurrency, len(todo)))
         ]
         if not workers:
@@ -242,20 +234,13 @@ class _Evaluator:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def _worker(
-        self,
-        pending: Iterator[tuple[EvalPrompt, int]],
-        runtime: Runtime,
-        writer: TrajectoryWriter | None,
-        io: ThreadPoolExecutor,
-        progress: EvalProgress,
-        log: WandbEvalLog | None,
-    ) -> None:
+    async def _worker(self, pending: Iterator[tuple[EvalPrompt, int]], sinks: _Sinks) -> None:
         loop = asyncio.get_running_loop()
+        runtime = sinks.runtime
         tools = runtime.tools()
         specs = template_tools(tools)
         for prompt, sample in pending:  # one shared iterator: each pair is taken by exactly one worker
-            progress.started()
+            sinks.progress.started()
             record = await run_episode(
                 self.tokenizer, runtime.client, self.settings, self._spec(prompt, sample), tools=tools
             )
@@ -269,10 +254,10 @@ class _Evaluator:
                 tools=specs,
                 chat_template_kwargs=self.template_kwargs,
             )
-            if writer is not None:
-                await loop.run_in_executor(io, writer.append, row)
+            if sinks.writer is not None:
+                await loop.run_in_executor(sinks.io, sinks.writer.append, row)
             self._ran += 1
-            progress.finished(self._collect(row, log))
+            sinks.progress.finished(self._collect(row, sinks.log))
 
     def _spec(self, prompt: EvalPrompt, sample: int) -> EpisodeSpec:
         """As slime's eval builds it: the whole response budget is also each turn's ``max_new_tokens``."""
@@ -339,6 +324,18 @@ class _Evaluator:
             "max_response_len": options.max_response_len,
             "config": options.config,
         }
+
+
+@dataclass(frozen=True)
+class _Sinks:
+    """What the workers of one eval share besides the plan: the runtime, where finished rows go (the file,
+    through its one writer thread; wandb) and the progress display."""
+
+    runtime: Runtime
+    writer: TrajectoryWriter | None
+    io: ThreadPoolExecutor
+    progress: EvalProgress
+    log: WandbEvalLog | None
 
 
 @dataclass

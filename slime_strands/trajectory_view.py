@@ -56,6 +56,17 @@ class Block:
     def low_confidence(self, threshold: float) -> int:
         return sum(c.trained and c.logprob < threshold for c in self.cells)
 
+    def header(self) -> list[str]:
+        """What both renderers title the block with: its title, its token range and, for a generated turn, its
+        finish reason and mean logprob."""
+        parts = [self.title, f"tokens {self.start}-{self.end - 1} ({self.end - self.start})"]
+        if self.kind == "generated":
+            if self.finish_reason:
+                parts.append(f"finish {self.finish_reason}")
+            if self.mean_logprob is not None:
+                parts.append(f"mean logprob {self.mean_logprob:.2f}")
+        return parts
+
 
 @dataclass(frozen=True)
 class SegmentView:
