@@ -31,6 +31,10 @@ __all__ = [
 ]
 
 _RUNTIMES: dict[tuple[Any, ...], Runtime] = {}
+"""The one place runtimes live. slime calls plain functions (``generate`` per sample), so the client pool,
+tokenizer and tools that must outlive a call are kept here, keyed by what they are built from (router URL,
+pool size, plugin settings, checkpoint); :func:`runtime_for` is its only reader and writer. A process sees
+one key per slime configuration (normally one), so entries are never evicted."""
 _TOP_P_PARAM = "return_top_p_token_ids"
 
 
