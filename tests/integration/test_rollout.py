@@ -234,6 +234,26 @@ async def test_server_down_gives_failed_sample_slime_can_train_around(tokenizer)
     assert "SGLangConnectionError" in record(out).error
 
 
+@pytest.mark.parametrize("fan_out", [False, True])
+async def test_a_bug_writing_the_sample_fails_the_sample_not_the_step(server, monkeypatch, fan_out):
+    """After the episode ran, a failure turning it into Sample fields still ends only this sample FAILED."""
+    from slime_strands import sample_writer
+
+    def broken(self):
+        raise RuntimeError("a bug in the appender")
+
+    monkeypatch.setattr(sample_writer._Appender, "finish", broken)
+    strands = {"tools": ["rollout_tools.add"], "collect_subagents": fan_out}
+    args = make_args(server, strands=strands)
+    sample = new_sample()
+    server.script("Answer: 5", key=sample.session_id)
+    out = await rollout.generate(args, sample, dict(SLIME_PARAMS))
+    (out,) = out if fan_out else [out]
+    assert out is sample and len(server.generate_requests) == 1
+    assert out.status == Sample.Status.FAILED and out.remove_sample and out.reward == 0.0
+    assert out.loss_mask == [0] and record(out).error == "RuntimeError: a bug in the appender"
+
+
 async def test_503_burst_then_recovery(server):
     sample = new_sample()
     out = await run(
