@@ -293,7 +293,10 @@ class PluginSettings:
     def from_yaml(cls, path: str | os.PathLike[str]) -> PluginSettings:
         """Load a ``--custom-config-path`` style YAML file and read its ``strands:`` section."""
         text = Path(path).read_text()
-        doc = yaml.safe_load(text) or {}
+        try:
+            doc = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from exc
         if not isinstance(doc, Mapping):
             raise SettingsError(f"{path}: expected a mapping at top level")
         return cls.from_mapping(doc.get(ARGS_KEY))
@@ -308,8 +311,10 @@ def settings_from_args(args: Any) -> PluginSettings:
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    """``cls`` (a settings dataclass) from a mapping; ``prefix`` names where it sits (``sandbox.``)."""
     if not isinstance(data, Mapping):
-        raise SettingsError(f"{prefix or 'settings'}: expected a mapping, got {type(data).__name__}")
+        where = prefix.rstrip(".") or "settings"
+        raise SettingsError(f"{where}: expected a mapping, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -327,7 +332,7 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     """Check ``value`` against a field's type hint, converting lists to tuples and ints to floats."""
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _build(hint, value or {}, prefix=where + ".")
+        return _build(hint, {} if value is None else value, prefix=where + ".")
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)

@@ -44,7 +44,9 @@ def test_mapping_is_coerced_and_nested():
         ({"tools": "slime_strands.sandbox.execute_python_code"}, "tools: expected a list"),
         ({"sandbox": {"backend": "docker"}}, "unknown backend 'docker'"),
         ({"sandbox": {"memory_mb": 0}}, "sandbox.memory_mb must be > 0"),
-        ({"sandbox": "fast"}, "expected a mapping"),
+        ({"sandbox": "fast"}, "^sandbox: expected a mapping, got str"),
+        ({"sandbox": 0}, "^sandbox: expected a mapping, got int"),  # not taken for "the defaults"
+        ({"compaction": []}, "^compaction: expected a mapping, got list"),
         ({"max_tool_iters": -1}, "max_tool_iters must be >= 0"),
         ({"reward": {"math_verify_timeout_s": 0}}, "math_verify_timeout_s must be > 0"),
         ({"tool_parser": "qwen25_xml"}, "tool_parser: unknown parser 'qwen25_xml'; choose 'auto' or one of"),
@@ -69,4 +71,11 @@ def test_from_yaml(tmp_path):
     assert PluginSettings.from_yaml(path).enable_thinking is False
     path.write_text("- a list\n")
     with pytest.raises(SettingsError, match="mapping at top level"):
+        PluginSettings.from_yaml(path)
+
+
+def test_a_yaml_file_that_does_not_parse_is_a_settings_error(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text('strands:\n  system_prompt: "unterminated\n  tools: [\n')
+    with pytest.raises(SettingsError, match=f"^{path}: not valid YAML: "):
         PluginSettings.from_yaml(path)
