@@ -10,6 +10,7 @@ import pytest
 
 from slime_strands.record import EpisodeRecord, Termination
 from slime_strands.reward import accuracy, extract_answer, final_answer_text, grade, math_reward
+from slime_strands.settings import SettingsError
 from slime_strands.testing.slime_types import Sample
 
 END = "<|im_end|>"
@@ -141,9 +142,12 @@ async def test_never_raises_never_none(bad):
         assert isinstance(value, float)
 
 
-async def test_invalid_settings_fall_back_to_defaults(caplog):
-    assert await math_reward(args(bogus=1), sample("Answer: 3")) == pytest.approx(-1.1)
-    assert "invalid settings" in caplog.text
+@pytest.mark.parametrize("fn", [math_reward, accuracy])
+async def test_invalid_settings_stop_the_run_instead_of_scoring_with_defaults(fn):
+    with pytest.raises(SettingsError, match=r"unknown setting\(s\) reward\.bogus"):
+        await fn(args(bogus=1), sample("Answer: 3"))
+    with pytest.raises(SettingsError, match="math_verify_timeout_s must be > 0"):
+        await fn(args(math_verify_timeout_s=0), [sample("Answer: 3")])
 
 
 async def test_non_integer_labels_use_math_verify():
