@@ -41,7 +41,7 @@ from strands.hooks import BeforeModelCallEvent, HookRegistry
 from strands.types.content import Message, Messages
 from strands.types.exceptions import ContextWindowOverflowException
 
-from .errors import SlimeStrandsError
+from .errors import ConfigurationError, SlimeStrandsError
 from .model import SGLangModel
 from .segments import EpisodeSegments
 from .settings import CompactionSettings
@@ -75,7 +75,9 @@ class ContextCompactor(ConversationManager):
         ``should_stop``: slime's abort flag (no compaction once the rollout is aborted)."""
         super().__init__()  # no Strands proactive compression: the hook below counts exact tokens
         if strategy not in ("summarize", "sliding_window"):
-            raise ValueError(f"unknown compaction strategy {strategy!r}")
+            raise ConfigurationError(
+                f"unknown compaction strategy {strategy!r}; choose summarize or sliding_window"
+            )
         self.strategy = strategy
         self.settings = settings
         self.segments = segments

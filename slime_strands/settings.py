@@ -122,6 +122,7 @@ class SandboxSettings:
 
     @property
     def effective_concurrency(self) -> int:
+        """``concurrency``, or the number of CPUs when it is None."""
         return self.concurrency or os.cpu_count() or 1
 
 

@@ -269,8 +269,12 @@ class _Interpreter:
                 with contextlib.suppress(BaseException):
                     await task
         self._fail_pending("the sandbox was closed")
-        if self.host_dir:
-            shutil.rmtree(self.host_dir, ignore_errors=True)
+        if self.host_dir:  # the runs' files (up to file_size_mb each): not on the event loop
+            remove = functools.partial(shutil.rmtree, self.host_dir, ignore_errors=True)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, remove)
+            except RuntimeError:  # the loop's executor is already shut down (loop closing): here, then
+                remove()
 
 
 class Sandbox:
@@ -278,7 +282,7 @@ class Sandbox:
 
     def __init__(self, settings: SandboxSettings | None = None) -> None:
         self.settings = settings or SandboxSettings()
-        self.concurrency = self.settings.concurrency or os.cpu_count() or 1
+        self.concurrency = self.settings.effective_concurrency
         self._slots = asyncio.Semaphore(self.concurrency)
         self._interp: _Interpreter | None = None
         self._starting = asyncio.Lock()

@@ -12,7 +12,7 @@ import pytest
 from slime_helpers import Sample
 
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import OUTCOMES, EpisodeRecord, Termination
+from slime_strands.record import OUTCOMES, EpisodeRecord, MalformedRecordError, Termination
 from slime_strands.sample_writer import SampleContract, reset_for_generation, write_sample
 from slime_strands.slime_adapter import template_kwargs
 from slime_strands.token_manager import TokenManager, TurnInfo
@@ -82,8 +82,11 @@ def test_record_round_trip_keeps_the_trajectory_out():
     data = record.to_metadata()
     assert "trajectory" not in data and "response" not in data and data["termination"] == "tool_limit"
     assert EpisodeRecord.from_metadata(data) == record
-    with pytest.raises(ValueError, match="unknown episode record key"):
+    with pytest.raises(MalformedRecordError, match="unknown episode record key"):
         EpisodeRecord.from_metadata({**data, "extra": 1})
+    with pytest.raises(MalformedRecordError, match="unknown termination 'done'"):
+        EpisodeRecord.from_metadata({**data, "termination": "done"})
+    assert EpisodeRecord.in_metadata({"strands": {**data, "termination": ["done"]}}) is None
 
 
 def test_template_kwargs_from_the_flag_and_the_sample():
