@@ -81,6 +81,7 @@ class DriftReport:
 
 
 def measure(row: TrajectoryRow, tokenizer: Any) -> DriftReport:
+    """Both rebuilds of ``row`` compared with its sampled tokens (re-rendered only where it can be)."""
     if not row.segments:
         return DriftReport(row.key, 0, None, None, "no tokens: the episode failed before its first turn")
     parts = []

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .token_manager import TokenManager
 
 __all__ = [
+    "COMPACTION_STRATEGIES",
     "METADATA_KEY",
     "OUTCOMES",
     "EpisodeRecord",

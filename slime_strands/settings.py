@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigurationError
+from .record import COMPACTION_STRATEGIES
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
@@ -56,7 +57,7 @@ DEFAULT_SUMMARY_PROMPT = (
     "that lets you continue the task without it: the task, what you tried, the tool results that matter "
     "(numbers, code, errors), what is settled and what remains to do. Write only the summary; do not call tools."
 )
-CONTEXT_MANAGEMENT = ("none", "summarize", "sliding_window")
+CONTEXT_MANAGEMENT = ("none", *COMPACTION_STRATEGIES)
 """Values of ``PluginSettings.context_management``."""
 
 

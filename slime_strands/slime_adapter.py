@@ -28,6 +28,7 @@ __all__ = [
     "sample_contract",
     "score_sample",
     "slime_generate_state",
+    "template_kwargs",
 ]
 
 _RUNTIMES: dict[tuple[Any, ...], Runtime] = {}

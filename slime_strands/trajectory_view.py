@@ -19,9 +19,8 @@ from .trajectory_file import TokenSegment, TrajectoryRow
 __all__ = ["Block", "SegmentView", "TokenCell", "TrajectoryView", "build_view", "token_texts"]
 
 _REPLACEMENT = "\ufffd"
-_MAX_CHARACTER_TOKENS = (
-    8  # a UTF-8 character spans at most 4 bytes; byte-level BPE pieces can be single bytes
-)
+# A UTF-8 character spans at most 4 bytes; byte-level BPE pieces can be single bytes.
+_MAX_CHARACTER_TOKENS = 8
 _NOTE_CHARS = 300
 
 
@@ -129,6 +128,7 @@ def token_texts(tokenizer: Any, token_ids: Sequence[int]) -> list[str]:
 
 
 def build_view(row: TrajectoryRow, tokenizer: Any) -> TrajectoryView:
+    """``row`` cut into blocks per segment, every token decoded, tool calls and results attached."""
     segments = []
     for number, segment in enumerate(row.segments, start=1):
         notes = _turn_notes(row.messages) if number == len(row.segments) else []
