@@ -39,7 +39,6 @@ from slime_strands import (
     ToolLimiter,
     TrajectoryError,
 )
-from slime_strands.client import SGLANG_CONTEXT_MARGIN
 from slime_strands.settings import PluginSettings
 from slime_strands.slime_adapter import client_from_slime_args
 from slime_strands.testing import Fault, SGLangTestServer, Turn
@@ -420,7 +419,7 @@ async def test_tool_output_shrunk_to_fit_the_context(tokenizer):
         tm = model.token_manager
         assert model.stats.tool_outputs_truncated == 1
         second = server.generate_requests[1]
-        room = context - SGLANG_CONTEXT_MARGIN  # SGLang's scheduler refuses inputs a few tokens before
+        room = server.max_req_input_len  # SGLang's scheduler refuses inputs a few tokens before the window
         assert len(second.body["input_ids"]) + second.body["sampling_params"]["max_new_tokens"] == room
         assert "tokens of tool output truncated" in tokenizer.decode(list(tm.segments[2].token_ids))
         assert len(tm) <= room
@@ -461,7 +460,7 @@ async def test_max_new_tokens_clamped_to_context_room(tokenizer):
         check(model, server)
         for request in server.generate_requests:
             params = request.body["sampling_params"]
-            assert params["max_new_tokens"] == 400 - SGLANG_CONTEXT_MARGIN - len(request.body["input_ids"])
+            assert params["max_new_tokens"] == server.max_req_input_len - len(request.body["input_ids"])
             assert params["temperature"] == 0.7
         assert model.config["params"]["max_new_tokens"] == 1000, "the configured cap is not mutated"
 
@@ -705,7 +704,7 @@ async def test_quick_start_flow_from_the_seed(tokenizer):
         conversation = canonical_conversation("What is 25 * 17?", [ADD_2_3, ANSWER], [["5"]])
         assert_canonical(tokenizer, tm, conversation, [add])
         # no explicit max_new_tokens: the room left in the server's window (/v1/models) bounds every turn
-        room = 32768 - SGLANG_CONTEXT_MARGIN - prompt_len
+        room = server.max_req_input_len - prompt_len
         assert server.generate_requests[0].body["sampling_params"]["max_new_tokens"] == room
         model.reset()
         assert tm.token_ids == [] and model.stats.turns == 0
