@@ -9,7 +9,7 @@ by the reward slime's eval config uses (:func:`slime_strands.reward.accuracy`, f
 Everything runs on one event loop: ``concurrency`` workers pull (prompt, sample) pairs, tokenizer and
 template work stays in the episode's thread pool, and rows are serialised and appended by one writer thread.
 Resuming: the rows already in ``--out`` (keyed ``<prompt index>:<sample>``) whose episode did not FAIL are
-kept and skipped; FAILED ones run again (the later line of a key wins).
+kept and skipped; FAILED and ABORTED ones run again (the later line of a key wins).
 """
 
 from __future__ import annotations
