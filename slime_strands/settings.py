@@ -95,7 +95,8 @@ class SandboxSettings:
     max_output_chars: int = 8000
     """Characters of stdout+stderr shown to the model (head + tail with a marker when longer)."""
     concurrency: int | None = None
-    """Executions running at once per process; ``None`` means the number of CPUs."""
+    """Executions running at once per event loop (a rollout process has one); ``None`` means the number of
+    CPUs."""
     prewarm: bool = True
     """Import ``preload_modules`` once in the interpreter every run is forked from (runs skip that import
     time); ``false``: each run imports what it uses."""
