@@ -23,8 +23,6 @@ logger = logging.getLogger(__name__)
 
 _WORKER_MEMORY_BYTES = 4 << 30
 _STARTUP_TIMEOUT_S = 120.0
-_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
-_warned_missing = False
 
 
 class _Worker:
@@ -96,31 +94,46 @@ class _Pool:
             return result
 
 
-def _math_verify_available() -> bool:
-    global _warned_missing
-    if importlib.util.find_spec("math_verify") is not None:
-        return True
-    if not _warned_missing:
-        _warned_missing = True
-        logger.warning(
-            "slime-strands reward: math-verify is not installed, non-integer answers are compared as "
-            "normalised strings; install slime-strands[math] for robust grading"
-        )
-    return False
+class _Verifier:
+    """The process's math-verify state, in one object: a worker pool per event loop (asyncio pipes belong to
+    the loop that made them; a loop that is garbage-collected drops its pool) and whether the missing
+    package was reported."""
+
+    def __init__(self) -> None:
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+        self._warned_missing = False
+
+    def available(self) -> bool:
+        if importlib.util.find_spec("math_verify") is not None:
+            return True
+        if not self._warned_missing:
+            self._warned_missing = True
+            logger.warning(
+                "slime-strands reward: math-verify is not installed, non-integer answers are compared as "
+                "normalised strings; install slime-strands[math] for robust grading"
+            )
+        return False
+
+    def pool(self) -> _Pool:
+        """This event loop's pool (created on first use)."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            pool = self._pools[loop] = _Pool(size=max(1, min(4, (os.cpu_count() or 2) // 2)))
+        return pool
+
+
+_VERIFIER = _Verifier()
 
 
 async def verify_in_worker(pred: str, gold: str, *, timeout_s: float) -> bool:
     """Whether ``pred`` equals ``gold`` per math-verify; False on timeout, crash or missing answer."""
     if not pred.strip():
         return False
-    if not _math_verify_available():
+    if not _VERIFIER.available():
         return "".join(pred.split()) == "".join(gold.split())
-    loop = asyncio.get_running_loop()
-    pool = _pools.get(loop)
-    if pool is None:
-        pool = _pools[loop] = _Pool(size=max(1, min(4, (os.cpu_count() or 2) // 2)))
     try:
-        return await pool.verify(pred, gold, timeout_s)
+        return await _VERIFIER.pool().verify(pred, gold, timeout_s)
     except asyncio.TimeoutError:
         logger.warning(
             "slime-strands reward: math-verify overran %.1fs on %.80r; graded wrong", timeout_s, pred

@@ -126,19 +126,16 @@ def _inspect(ns: argparse.Namespace) -> int:
 
 
 def _list_rows(path: str) -> int:
+    from .text_table import format_columns
     from .trajectory_file import iter_rows
 
     header = ["index", "key", "dataset", "reward", "status", "termination", "turns", "tool_calls", "tokens"]
-    table = [header]
-    for index, (_, row) in enumerate(iter_rows(path)):
-        metrics = row.metrics
-        table.append(
-            [str(index), row.key, row.dataset, f"{row.reward:g}", row.status, row.termination,
-             str(metrics.get("turns", 0)), str(metrics.get("tool_calls", 0)), str(sum(len(s) for s in row.segments))]
-        )  # fmt: skip
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
+    rows = [
+        [str(index), row.key, row.dataset, f"{row.reward:g}", row.status, row.termination,
+         str(row.metrics.get("turns", 0)), str(row.metrics.get("tool_calls", 0)), str(sum(len(s) for s in row.segments))]
+        for index, (_, row) in enumerate(iter_rows(path))
+    ]  # fmt: skip
+    print(format_columns(header, rows, left=len(header), rule=False))
     return EXIT_OK
 
 

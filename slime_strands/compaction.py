@@ -41,8 +41,9 @@ from strands.hooks import BeforeModelCallEvent, HookRegistry
 from strands.types.content import Message, Messages
 from strands.types.exceptions import ContextWindowOverflowException
 
-from .errors import SlimeStrandsError
+from .errors import ConfigurationError, SlimeStrandsError
 from .model import SGLangModel
+from .record import COMPACTION_STRATEGIES
 from .segments import EpisodeSegments
 from .settings import CompactionSettings
 
@@ -74,8 +75,10 @@ class ContextCompactor(ConversationManager):
         """``pinned``: the leading messages (the sample's prompt) every compacted conversation keeps;
         ``should_stop``: slime's abort flag (no compaction once the rollout is aborted)."""
         super().__init__()  # no Strands proactive compression: the hook below counts exact tokens
-        if strategy not in ("summarize", "sliding_window"):
-            raise ValueError(f"unknown compaction strategy {strategy!r}")
+        if strategy not in COMPACTION_STRATEGIES:
+            raise ConfigurationError(
+                f"unknown compaction strategy {strategy!r}; choose one of {COMPACTION_STRATEGIES}"
+            )
         self.strategy = strategy
         self.settings = settings
         self.segments = segments

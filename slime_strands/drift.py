@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .chat import ChatRenderer, TemplateError
+from .text_table import format_columns
 from .token_alignment import align
 from .trajectory_file import TokenSegment, TrajectoryRow
 
@@ -80,6 +81,7 @@ class DriftReport:
 
 
 def measure(row: TrajectoryRow, tokenizer: Any) -> DriftReport:
+    """Both rebuilds of ``row`` compared with its sampled tokens (re-rendered only where it can be)."""
     if not row.segments:
         return DriftReport(row.key, 0, None, None, "no tokens: the episode failed before its first turn")
     parts = []
@@ -207,14 +209,7 @@ def format_reports(reports: Sequence[DriftReport]) -> str:
     rows = [[r.key, *_cells(r)] for r in reports]
     if len(reports) > 1:
         rows.append(["total", *_total(reports)])
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in [header, *rows]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = [format_columns(header, rows)]
     details = [line for r in reports for line in _details(r)]
     if details:
         lines += ["", *details]

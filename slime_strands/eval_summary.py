@@ -5,8 +5,8 @@ exactly what one uninterrupted run would have:
 
 * accuracy: mean reward (eval rewards are 1.0 / 0.0; a FAILED trajectory counts as wrong, as in slime);
 * pass@k for k = 1, 2, 4, ... and n (the samples per prompt): the unbiased estimator
-  ``1 - C(n - c, k) / C(n, k)`` per prompt (:func:`slime_strands.metrics.pass_at_k`), averaged over the
-  prompts with at least k samples;
+  ``1 - C(n - c, k) / C(n, k)`` per prompt, averaged over the prompts with at least k samples
+  (:func:`slime_strands.metrics.mean_pass_at_k`);
 * mean turns and tool calls per trajectory;
 * parse errors: share of trajectories with at least one malformed tool call;
 * truncated / failed: share of trajectories whose status is TRUNCATED / FAILED.
@@ -18,7 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .metrics import pass_at_k
+from .metrics import mean_pass_at_k
+from .text_table import format_columns
 from .trajectory_file import TrajectoryRow
 
 __all__ = ["ALL", "DatasetSummary", "Outcome", "format_table", "pass_k_values", "summarize"]
@@ -102,10 +103,7 @@ def _summary(name: str, outcomes: Sequence[Outcome]) -> DatasetSummary:
     for o in outcomes:
         groups[(o.dataset, o.prompt_index)].append(o.correct)
     largest = max(len(g) for g in groups.values())
-    pass_at = {}
-    for k in pass_k_values(largest):
-        eligible = [g for g in groups.values() if len(g) >= k]
-        pass_at[k] = sum(pass_at_k(len(g), sum(g), k) for g in eligible) / len(eligible)
+    pass_at = {k: mean_pass_at_k(groups.values(), k) for k in pass_k_values(largest)}
     n = len(outcomes)
     return DatasetSummary(
         dataset=name,
@@ -151,14 +149,4 @@ def format_table(summaries: Sequence[DatasetSummary]) -> str:
         ]
         for s in summaries
     ]
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = []
-    for number, row in enumerate([header, *body]):
-        cells = [
-            row[0].ljust(widths[0]),
-            *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)),
-        ]
-        lines.append("  ".join(cells))
-        if number == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return format_columns(header, body)

@@ -8,6 +8,7 @@ there. Otherwise the answer is a :class:`~slime_strands.errors.ConfigurationErro
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,11 @@ _CALL = {
     "type": "function",
     "function": {"name": "probe_tool", "arguments": _ARGUMENTS},
 }
-_DETECTED: dict[tuple[Any, ...], tuple[str, str]] = {}
+_DETECTED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""What :func:`detect_tool_parser` found, per tokenizer object (and forgotten with it): the detection renders
+the template several times and every episode's ``SGLangModel`` asks for it."""
 
 
 def select_tool_parser(renderer: ChatRenderer, choice: ToolParser | str | None = AUTO) -> ToolParser:
@@ -52,15 +57,11 @@ def select_tool_parser(renderer: ChatRenderer, choice: ToolParser | str | None =
 def detect_tool_parser(renderer: ChatRenderer) -> tuple[str, str]:
     """``(parser name, how it was decided)`` for the renderer's tokenizer; ConfigurationError if it cannot tell."""
     tokenizer = renderer.tokenizer
-    key = (
-        id(tokenizer),
-        getattr(tokenizer, "name_or_path", ""),
-        tokenizer.chat_template,
-        renderer.enable_thinking,
-    )
-    if key not in _DETECTED:
-        _DETECTED[key] = _detect(renderer)
-    return _DETECTED[key]
+    found = _DETECTED.setdefault(tokenizer, {})
+    key = (tokenizer.chat_template, renderer.enable_thinking, tuple(registered_tool_parsers()))
+    if key not in found:
+        found[key] = _detect(renderer)
+    return found[key]
 
 
 def _detect(renderer: ChatRenderer) -> tuple[str, str]:

@@ -138,12 +138,6 @@ def _segment(segment: SegmentView, total: int) -> str:
 
 
 def _block(block: Block) -> str:
-    parts = [block.title, f"tokens {block.start}-{block.end - 1} ({block.end - block.start})"]
-    if block.finish_reason:
-        parts.append(f"finish {block.finish_reason}")
-    mean = block.mean_logprob
-    if mean is not None:
-        parts.append(f"mean logprob {mean:.2f}")
     notes = "".join(f"<li>{_e(note)}</li>" for note in block.notes)
     notes_html = f"<ul class='notes'>{notes}</ul>" if notes else ""
     kind = _KIND_CLASS[block.kind]
@@ -152,7 +146,7 @@ def _block(block: Block) -> str:
         f"data-i='{c.index}' data-id='{c.token_id}' data-lp='{c.logprob:.6g}'>{_e(c.text)}</span>"
         for c in block.cells
     )
-    head = f"<div class='head'>{_e(' · '.join(parts))}</div>"
+    head = f"<div class='head'>{_e(' · '.join(block.header()))}</div>"
     body = f"<pre class='tokens'>{tokens}</pre>"
     inner = head + (body + notes_html if block.kind == "generated" else notes_html + body)
     return f"<div class='block {block.kind}' data-start='{block.start}' data-end='{block.end}'>{inner}</div>"

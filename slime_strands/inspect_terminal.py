@@ -69,13 +69,8 @@ def render_terminal(view: TrajectoryView, *, color: bool, low_logprob: float) ->
 
 
 def _block_header(block: Block, low_logprob: float) -> str:
-    parts = [block.title, f"tokens {block.start}-{block.end - 1} ({block.end - block.start})"]
+    parts = block.header()
     if block.kind == "generated":
-        if block.finish_reason:
-            parts.append(f"finish {block.finish_reason}")
-        mean = block.mean_logprob
-        if mean is not None:
-            parts.append(f"mean logprob {mean:.2f}")
         parts.append(f"{block.low_confidence(low_logprob)} below {low_logprob:g}")
     return "── " + " · ".join(parts) + " ──"
 

@@ -11,6 +11,8 @@ from typing import Any
 
 from strands.hooks import AfterToolsEvent, BeforeModelCallEvent, BeforeToolsEvent, HookProvider, HookRegistry
 
+from .errors import ConfigurationError
+
 __all__ = ["StopWhen", "ToolIterationLimiter", "ToolLimiter"]
 
 
@@ -25,7 +27,7 @@ class ToolLimiter(HookProvider):
     def __init__(self, max_tool_iters: int | None = None, max_tool_calls: int | None = None) -> None:
         for name, value in (("max_tool_iters", max_tool_iters), ("max_tool_calls", max_tool_calls)):
             if value is not None and value < 0:
-                raise ValueError(f"{name} must be >= 0 or None")
+                raise ConfigurationError(f"{name} must be >= 0 or None, got {value!r}")
         self.max_tool_iters = max_tool_iters
         self.max_tool_calls = max_tool_calls
         self.reset()

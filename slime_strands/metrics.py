@@ -42,7 +42,7 @@ from typing import Any
 
 from .record import EpisodeRecord, has_malformed_record
 
-__all__ = ["aggregate", "log_eval_rollout", "log_rollout", "pass_at_k"]
+__all__ = ["aggregate", "log_eval_rollout", "log_rollout", "mean_pass_at_k", "pass_at_k"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         return 1.0
     # 1 - C(n-c, k) / C(n, k) as a product: no huge binomials.
     return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def mean_pass_at_k(groups: Iterable[Sequence[bool]], k: int) -> float:
+    """:func:`pass_at_k` averaged over the groups (one per prompt: its samples' correctness) holding at least
+    ``k`` samples, as slime's ``--log-passrate`` averages it; ValueError when none does."""
+    eligible = [group for group in groups if len(group) >= k]
+    if not eligible:
+        raise ValueError(f"pass@{k} needs a prompt with at least {k} samples")
+    return sum(pass_at_k(len(g), sum(g), k) for g in eligible) / len(eligible)
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -181,8 +190,7 @@ def _eval_metrics(name: str, entry: Mapping[str, Any], args: Any) -> dict[str, f
             groups[i // size].append(ok)
     k, largest = 1, max(len(g) for g in groups.values())
     while k <= largest:
-        eligible = [g for g in groups.values() if len(g) >= k]
-        out[prefix + f"pass@{k}"] = sum(pass_at_k(len(g), sum(g), k) for g in eligible) / len(eligible)
+        out[prefix + f"pass@{k}"] = mean_pass_at_k(groups.values(), k)
         k *= 2
     return out
 
@@ -229,8 +237,12 @@ def _rollout_step(args: Any, rollout_id: int) -> int:
     return rollout_id
 
 
-def _emit(args: Any, metrics: dict[str, float], step_key: str) -> None:
-    """Through slime's tracking when slime is installed; else the Python log (offline use, tests)."""
+def _emit(args: Any, metrics: dict[str, float], rollout_id: int, step_key: str) -> None:
+    """``metrics`` (if any) at slime's step ``step_key``: through slime's tracking when slime is installed,
+    else the Python log (offline use, tests)."""
+    if not metrics:
+        return
+    metrics[step_key] = _rollout_step(args, rollout_id)
     log = _slime_function(_LOGGING_MODULES, "log")
     if log is not None:
         log(args, metrics, step_key=step_key)
@@ -253,9 +265,7 @@ def log_rollout(
         flat = _flatten(samples)
         _warn_malformed(flat)
         metrics = {f"rollout/strands/{k}": v for k, v in aggregate(flat).items()}
-        if metrics:
-            metrics["rollout/step"] = _rollout_step(args, rollout_id)
-            _emit(args, metrics, step_key="rollout/step")
+        _emit(args, metrics, rollout_id, step_key="rollout/step")
     except Exception:
         logger.warning("slime-strands: rollout metrics failed (training continues)", exc_info=True)
     return False
@@ -269,9 +279,7 @@ def log_eval_rollout(rollout_id: int, args: Any, data: Any, extra_metrics: Any =
             if isinstance(entry, Mapping):
                 _warn_malformed(_flatten(entry.get("samples")))
                 metrics.update(_eval_metrics(str(name), entry, args))
-        if metrics:
-            metrics["eval/step"] = _rollout_step(args, rollout_id)
-            _emit(args, metrics, step_key="eval/step")
+        _emit(args, metrics, rollout_id, step_key="eval/step")
     except Exception:
         logger.warning("slime-strands: eval metrics failed (training continues)", exc_info=True)
     return False

@@ -20,13 +20,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import SlimeStrandsError
+
 if TYPE_CHECKING:
     from .token_manager import TokenManager
 
 __all__ = [
+    "COMPACTION_STRATEGIES",
     "METADATA_KEY",
     "OUTCOMES",
     "EpisodeRecord",
+    "MalformedRecordError",
     "Outcome",
     "RewardRule",
     "SegmentRecord",
@@ -36,6 +40,10 @@ __all__ = [
 
 METADATA_KEY = "strands"
 """The key of ``sample.metadata`` that holds :meth:`EpisodeRecord.to_metadata`."""
+
+
+class MalformedRecordError(SlimeStrandsError, ValueError):
+    """A saved episode or segment record that is not one (a writer bug, or metadata of another version)."""
 
 
 class Termination(enum.Enum):
@@ -131,11 +139,11 @@ class SegmentRecord:
 
     def __post_init__(self) -> None:
         if self.kind not in _SEGMENT_KINDS:
-            raise ValueError(f"segment kind must be one of {_SEGMENT_KINDS}, got {self.kind!r}")
+            raise MalformedRecordError(f"segment kind must be one of {_SEGMENT_KINDS}, got {self.kind!r}")
         if self.opened_by not in _OPENERS:
-            raise ValueError(f"segment opened_by must be one of {_OPENERS}, got {self.opened_by!r}")
+            raise MalformedRecordError(f"segment opened_by must be one of {_OPENERS}, got {self.opened_by!r}")
         if self.closed_by != "compaction" and self.closed_by not in {t.value for t in Termination}:
-            raise ValueError(
+            raise MalformedRecordError(
                 f"segment closed_by must be 'compaction' or a termination, got {self.closed_by!r}"
             )
 
@@ -150,20 +158,20 @@ class SegmentRecord:
     @classmethod
     def from_dict(cls, data: Any) -> SegmentRecord:
         if not isinstance(data, Mapping):
-            raise ValueError(f"a segment must be a mapping, got {data!r}")
+            raise MalformedRecordError(f"a segment must be a mapping, got {data!r}")
         names = {f.name for f in dataclasses.fields(cls) if f.name not in _NOT_SAVED}
         unknown = sorted(set(data) - names)
         if unknown:
-            raise ValueError(f"unknown segment key(s) {unknown}")
+            raise MalformedRecordError(f"unknown segment key(s) {unknown}")
         required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
         missing = sorted(required - set(data))
         if missing:
-            raise ValueError(f"segment key(s) {missing} missing")
+            raise MalformedRecordError(f"segment key(s) {missing} missing")
         values: dict[str, Any] = {}
         for name, value in data.items():
             if name in _SEGMENT_TEXT:
                 if not isinstance(value, str):
-                    raise ValueError(f"segment {name} must be a string, got {value!r}")
+                    raise MalformedRecordError(f"segment {name} must be a string, got {value!r}")
                 values[name] = value
             else:
                 values[name] = _checked(name, value)
@@ -267,20 +275,25 @@ class EpisodeRecord:
 
     @classmethod
     def from_metadata(cls, data: Mapping[str, Any]) -> EpisodeRecord:
-        """Read back :meth:`to_metadata`; raises ValueError on anything else (a writer bug)."""
+        """Read back :meth:`to_metadata`; raises :class:`MalformedRecordError` on anything else."""
         if not isinstance(data, Mapping):
-            raise ValueError(f"expected a mapping, got {type(data).__name__}")
+            raise MalformedRecordError(f"expected a mapping, got {type(data).__name__}")
         names = {f.name: f for f in dataclasses.fields(cls) if f.name not in _NOT_SAVED}
         unknown = sorted(set(data) - set(names))
         if unknown:
-            raise ValueError(f"unknown episode record key(s) {unknown}")
+            raise MalformedRecordError(f"unknown episode record key(s) {unknown}")
         if "termination" not in data:
-            raise ValueError("an episode record needs a termination")
+            raise MalformedRecordError("an episode record needs a termination")
         values = {name: _checked(name, value) for name, value in data.items()}
-        values["termination"] = Termination(values["termination"])
+        try:
+            values["termination"] = Termination(values["termination"])
+        except (ValueError, TypeError):
+            raise MalformedRecordError(f"unknown termination {values['termination']!r}") from None
         record = cls(**values)
         if record.segment is not None and not 0 <= record.segment < len(record.segments):
-            raise ValueError(f"segment {record.segment} is not one of the {len(record.segments)} segments")
+            raise MalformedRecordError(
+                f"segment {record.segment} is not one of the {len(record.segments)} segments"
+            )
         return record
 
     @classmethod
@@ -296,7 +309,7 @@ class EpisodeRecord:
             return None
         try:
             return cls.from_metadata(metadata[METADATA_KEY])
-        except (ValueError, TypeError):
+        except (MalformedRecordError, TypeError):
             return None
 
 
@@ -312,28 +325,28 @@ def _checked(name: str, value: Any) -> Any:
         return value
     if name == "segments":
         if not isinstance(value, list):
-            raise ValueError(f"segments must be a list, got {value!r}")
+            raise MalformedRecordError(f"segments must be a list, got {value!r}")
         return [SegmentRecord.from_dict(item) for item in value]
     if name == "parse_errors":
         if not isinstance(value, Mapping) or not all(_is_int(v) for v in value.values()):
-            raise ValueError(f"parse_errors must map kinds to counts, got {value!r}")
+            raise MalformedRecordError(f"parse_errors must map kinds to counts, got {value!r}")
         return {str(k): int(v) for k, v in value.items()}
     if name in _OPTIONAL_STR:
         if value is not None and not isinstance(value, str):
-            raise ValueError(f"{name} must be a string or null, got {value!r}")
+            raise MalformedRecordError(f"{name} must be a string or null, got {value!r}")
         return value
     if name == "evaluation":
         if not isinstance(value, bool):
-            raise ValueError(f"evaluation must be a boolean, got {value!r}")
+            raise MalformedRecordError(f"evaluation must be a boolean, got {value!r}")
         return value
     if name in _OPTIONAL_INT and value is None:
         return None
     if name.endswith("_s"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise ValueError(f"{name} must be a number, got {value!r}")
+            raise MalformedRecordError(f"{name} must be a number, got {value!r}")
         return float(value)
     if not _is_int(value):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise MalformedRecordError(f"{name} must be an integer, got {value!r}")
     return value
 
 

@@ -8,9 +8,10 @@ with a wall-clock limit (its own signal-based timeouts raise off the main thread
 
 In training a wrong answer is shaped by tool use (the seeds' recipe, :class:`RewardSettings`); in eval (the
 episode record's ``evaluation``) the reward is plain 1.0 / 0.0 so ``eval/<name>`` is accuracy and slime's
-pass@k works. Reward functions never raise, never return None and never block the event loop. Given a list of
-samples (slime's batch mode: it calls ``--custom-rm-path`` with a list when generate returns ``list[Sample]``)
-they return a list of rewards.
+pass@k works. Reward functions never raise for a sample (one that cannot be graded scores 0.0), never return
+None and never block the event loop; invalid plugin settings raise ``SettingsError`` (a ``ConfigurationError``:
+it would score every sample wrong). Given a list of samples (slime's batch mode: it calls ``--custom-rm-path``
+with a list when generate returns ``list[Sample]``) they return a list of rewards.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from ._verify_worker import verify_in_worker
 from .record import EpisodeRecord
-from .settings import RewardSettings, SettingsError, settings_from_args
+from .settings import RewardSettings, settings_from_args
 
 __all__ = ["accuracy", "extract_answer", "final_answer_text", "grade", "math_reward"]
 
@@ -147,14 +148,19 @@ def _as_int(text: str) -> int | None:
 
 def grade(response: str, label: Any, *, metadata: dict | None = None) -> bool | None:
     """Grade without math-verify: True / False for integer labels (or no answer), None = needs math-verify."""
+    return _grade(response, label, metadata)[0]
+
+
+def _grade(response: str, label: Any, metadata: dict | None) -> tuple[bool | None, str | None]:
+    """:func:`grade`'s verdict and the answer it extracted (what math-verify checks when the verdict is None)."""
     answer = extract_answer(final_answer_text(response, metadata))
     if answer is None:
-        return False
+        return False, None
     gold = _as_int(str(label))
     if gold is None:
-        return None
+        return None, answer
     pred = _as_int(answer)
-    return pred == gold if pred is not None else None
+    return (pred == gold if pred is not None else None), answer
 
 
 async def _is_correct(sample: Any, settings: RewardSettings) -> bool:
@@ -163,31 +169,23 @@ async def _is_correct(sample: Any, settings: RewardSettings) -> bool:
     if label is None or not str(label).strip():
         logger.warning("slime-strands reward: sample %s has no label", getattr(sample, "index", "?"))
         return False
-    verdict = grade(response, label, metadata=getattr(sample, "metadata", None))
+    # Regex work over the whole response: off the event loop (responses reach hundreds of kB).
+    verdict, answer = await asyncio.to_thread(_grade, response, label, getattr(sample, "metadata", None))
     if verdict is not None:
         return verdict
-    answer = extract_answer(final_answer_text(response, getattr(sample, "metadata", None)))
     return await verify_in_worker(str(answer), str(label), timeout_s=settings.math_verify_timeout_s)
-
-
-def _reward_settings(args: Any) -> RewardSettings:
-    try:
-        return settings_from_args(args).reward
-    except SettingsError as exc:
-        logger.warning("slime-strands reward: invalid settings (%s); using defaults", exc)
-        return RewardSettings()
 
 
 async def math_reward(args: Any, sample: Any, **kwargs: Any) -> float | list[float]:
     """dapo-style reward: ``correct`` / ``incorrect``, shaped by tool use on failures in training only."""
+    settings = settings_from_args(args).reward  # invalid settings raise: every sample would be scored wrong
     if isinstance(sample, list):
-        return list(await asyncio.gather(*(_math_reward(args, s) for s in sample)))
-    return await _math_reward(args, sample)
+        return list(await asyncio.gather(*(_math_reward(settings, s) for s in sample)))
+    return await _math_reward(settings, sample)
 
 
-async def _math_reward(args: Any, sample: Any) -> float:
+async def _math_reward(settings: RewardSettings, sample: Any) -> float:
     try:
-        settings = _reward_settings(args)
         correct = await _is_correct(sample, settings)
         record = EpisodeRecord.of(sample)
         if record is not None and record.evaluation:
@@ -206,14 +204,15 @@ async def _math_reward(args: Any, sample: Any) -> float:
 
 async def accuracy(args: Any, sample: Any, **kwargs: Any) -> float | list[float]:
     """Plain accuracy (1.0 / 0.0), for eval configs: what pass@k and ``eval/<name>`` should count."""
+    settings = settings_from_args(args).reward
     if isinstance(sample, list):
-        return list(await asyncio.gather(*(_accuracy(args, s) for s in sample)))
-    return await _accuracy(args, sample)
+        return list(await asyncio.gather(*(_accuracy(settings, s) for s in sample)))
+    return await _accuracy(settings, sample)
 
 
-async def _accuracy(args: Any, sample: Any) -> float:
+async def _accuracy(settings: RewardSettings, sample: Any) -> float:
     try:
-        return 1.0 if await _is_correct(sample, _reward_settings(args)) else 0.0
+        return 1.0 if await _is_correct(sample, settings) else 0.0
     except Exception:
         logger.exception("slime-strands reward: grading failed for sample %s", getattr(sample, "index", "?"))
         return 0.0

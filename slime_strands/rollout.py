@@ -38,6 +38,7 @@ from typing import Any
 from .episode import run_episode
 from .errors import ConfigurationError
 from .record import EpisodeRecord, RewardRule, Termination
+from .runtime import Runtime
 from .sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
 from .slime_adapter import (
     check_fanout_flags,
@@ -64,6 +65,23 @@ async def generate(
     fan_out = runtime.settings.fans_out and not evaluation
     if fan_out:
         check_fanout_flags(args)
+    record, contract, tokenizer = await _run(args, runtime, sample, sampling_params, evaluation)
+    record.regenerations = attempts
+    record.wall_time_s = time.perf_counter() - started
+    samples = await _write(args, sample, record, contract, tokenizer, fan_out=fan_out)
+    if not fan_out:
+        return sample
+    rollout_id = getattr(sample, "rollout_id", None)
+    for item in samples:
+        item.rollout_id = rollout_id if rollout_id is not None else sample.index
+    return samples
+
+
+async def _run(
+    args: Any, runtime: Runtime, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool
+) -> tuple[EpisodeRecord, SampleContract, Any]:
+    """The episode's record, the trainer's contract and the tokenizer (None when it could not be had); a
+    FAILED record for anything but a configuration error or cancellation."""
     state, tokenizer, contract = None, None, SampleContract()
     try:
         state = slime_generate_state(args)
@@ -86,16 +104,25 @@ async def generate(
         record = EpisodeRecord(
             Termination.FAILED, evaluation=evaluation, error=f"{type(exc).__name__}: {exc}"
         )
-    record.regenerations = attempts
-    record.wall_time_s = time.perf_counter() - started
-    if not fan_out:
-        write_sample(sample, record, contract, tokenizer)
-        return sample
-    samples = await _scored_segments(args, sample, record, contract, tokenizer)
-    rollout_id = sample.rollout_id if sample.rollout_id is not None else sample.index
-    for item in samples:
-        item.rollout_id = rollout_id
-    return samples
+    return record, contract, tokenizer
+
+
+async def _write(
+    args: Any, sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any, *, fan_out: bool
+) -> list[Any]:
+    """The record written into ``sample`` (and, fanned out, into its segments' copies, scored); a failure
+    doing so rewrites ``sample`` FAILED instead of reaching slime's rollout step."""
+    try:
+        if not fan_out:
+            write_sample(sample, record, contract, tokenizer)
+            return [sample]
+        return await _scored_segments(args, sample, record, contract, tokenizer)
+    except (ConfigurationError, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        logger.exception("slime-strands: writing sample %s failed", getattr(sample, "index", "?"))
+        _rewrite_failed(sample, record, contract, tokenizer, f"{type(exc).__name__}: {exc}")
+        return [sample]
 
 
 def _abort_flag(state: Any) -> Callable[[], bool] | None:
@@ -106,8 +133,8 @@ def _abort_flag(state: Any) -> Callable[[], bool] | None:
 async def _scored_segments(
     args: Any, sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any
 ) -> list[Any]:
-    """The episode's samples, each with the episode's reward (a reward function that raises fails the
-    episode, not the rollout step)."""
+    """The episode's samples, each with the episode's reward (slime's reward function scores the last
+    segment, which holds the final answer; one that raises fails the episode, not the rollout step)."""
     samples = write_samples(sample, record, contract, tokenizer)
     last = EpisodeRecord.of(samples[-1])
     if last is None or last.outcome.reward is not RewardRule.SCORE:
@@ -116,20 +143,28 @@ async def _scored_segments(
         reward = await score_sample(args, samples[-1])
     except (ConfigurationError, asyncio.CancelledError):
         raise
-    except Exception as exc:
+    except Exception as exc:  # the user's reward function: it fails this episode, not the rollout step
         logger.exception(
             "slime-strands: the reward function failed on sample %s", getattr(sample, "index", "?")
         )
-        reset_for_generation(sample)
-        failed = EpisodeRecord(
-            Termination.FAILED,
-            evaluation=record.evaluation,
-            error=f"reward function: {type(exc).__name__}: {exc}",
-            regenerations=record.regenerations,
-            wall_time_s=record.wall_time_s,
-        )
-        write_sample(sample, failed, contract, tokenizer)
+        _rewrite_failed(sample, record, contract, tokenizer, f"reward function: {type(exc).__name__}: {exc}")
         return [sample]
     for item in samples:
         item.reward = copy.deepcopy(reward)
     return samples
+
+
+def _rewrite_failed(
+    sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any, error: str
+) -> None:
+    """``sample`` written again as a FAILED episode, whatever the episode's record said; its counters of
+    attempts and time are kept."""
+    reset_for_generation(sample)
+    failed = EpisodeRecord(
+        Termination.FAILED,
+        evaluation=record.evaluation,
+        error=error,
+        regenerations=record.regenerations,
+        wall_time_s=record.wall_time_s,
+    )
+    write_sample(sample, failed, contract, tokenizer)

@@ -250,7 +250,9 @@ class _Appender:
             return  # not asked for (slime's appender would need num_layers / moe_router_topk to decode it)
         layers, topk = routing
         full_rows = len(self.tokens) - 1  # the routing of every position but the last sampled token
-        start = int(meta.get("routed_experts_start_len") or 0)
+        start = meta.get("routed_experts_start_len") or 0
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise ReplayError(f"turn {turn}: routed_experts_start_len is {start!r}, not a position")
         per_row = layers * topk
         if flat.size == (full_rows - start) * per_row:
             pass
@@ -288,15 +290,20 @@ class _Appender:
 
 
 def _int32_array(meta: Mapping[str, Any], keys: Iterable[str]) -> np.ndarray | None:
-    """SGLang's int32 arrays in ``meta_info``: a base64 string, raw bytes or a list (as slime decodes them)."""
-    value = next((meta[key] for key in keys if key in meta), None)
+    """SGLang's int32 arrays in ``meta_info``: a base64 string, raw bytes or a list (as slime decodes them).
+    Anything that does not decode is a ReplayError (the sample fails, not the rollout step)."""
+    key = next((key for key in keys if key in meta), None)
+    value = None if key is None else meta[key]
     if value is None:
         return None
-    if isinstance(value, str):
-        value = base64.b64decode(value.encode("ascii"))
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return np.frombuffer(bytes(value), dtype=np.int32)
-    return np.asarray(value, dtype=np.int32).reshape(-1)
+    try:
+        if isinstance(value, str):
+            value = base64.b64decode(value.encode("ascii"))
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return np.frombuffer(bytes(value), dtype=np.int32)
+        return np.asarray(value, dtype=np.int32).reshape(-1)
+    except (ValueError, TypeError, OverflowError) as exc:  # binascii.Error is a ValueError
+        raise ReplayError(f"meta_info[{key!r}] is not an int32 array: {exc}") from exc
 
 
 # -- failed episodes ---------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ class EpisodeSegments:
 
     @property
     def compactions(self) -> int:
+        """Compactions so far: main segments closed by one."""
         return len(self._main)
 
     def close_main(self, trajectory: TokenManager, *, next_opened_by: str) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigurationError
+from .record import COMPACTION_STRATEGIES
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
@@ -56,7 +57,7 @@ DEFAULT_SUMMARY_PROMPT = (
     "that lets you continue the task without it: the task, what you tried, the tool results that matter "
     "(numbers, code, errors), what is settled and what remains to do. Write only the summary; do not call tools."
 )
-CONTEXT_MANAGEMENT = ("none", "summarize", "sliding_window")
+CONTEXT_MANAGEMENT = ("none", *COMPACTION_STRATEGIES)
 """Values of ``PluginSettings.context_management``."""
 
 
@@ -94,7 +95,8 @@ class SandboxSettings:
     max_output_chars: int = 8000
     """Characters of stdout+stderr shown to the model (head + tail with a marker when longer)."""
     concurrency: int | None = None
-    """Executions running at once per process; ``None`` means the number of CPUs."""
+    """Executions running at once per event loop (a rollout process has one); ``None`` means the number of
+    CPUs."""
     prewarm: bool = True
     """Import ``preload_modules`` once in the interpreter every run is forked from (runs skip that import
     time); ``false``: each run imports what it uses."""
@@ -122,6 +124,7 @@ class SandboxSettings:
 
     @property
     def effective_concurrency(self) -> int:
+        """``concurrency``, or the number of CPUs when it is None."""
         return self.concurrency or os.cpu_count() or 1
 
 
@@ -293,7 +296,10 @@ class PluginSettings:
     def from_yaml(cls, path: str | os.PathLike[str]) -> PluginSettings:
         """Load a ``--custom-config-path`` style YAML file and read its ``strands:`` section."""
         text = Path(path).read_text()
-        doc = yaml.safe_load(text) or {}
+        try:
+            doc = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise SettingsError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from exc
         if not isinstance(doc, Mapping):
             raise SettingsError(f"{path}: expected a mapping at top level")
         return cls.from_mapping(doc.get(ARGS_KEY))
@@ -308,8 +314,10 @@ def settings_from_args(args: Any) -> PluginSettings:
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    """``cls`` (a settings dataclass) from a mapping; ``prefix`` names where it sits (``sandbox.``)."""
     if not isinstance(data, Mapping):
-        raise SettingsError(f"{prefix or 'settings'}: expected a mapping, got {type(data).__name__}")
+        where = prefix.rstrip(".") or "settings"
+        raise SettingsError(f"{where}: expected a mapping, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
@@ -327,7 +335,7 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     """Check ``value`` against a field's type hint, converting lists to tuples and ints to floats."""
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _build(hint, value or {}, prefix=where + ".")
+        return _build(hint, {} if value is None else value, prefix=where + ".")
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)

@@ -28,9 +28,14 @@ __all__ = [
     "sample_contract",
     "score_sample",
     "slime_generate_state",
+    "template_kwargs",
 ]
 
 _RUNTIMES: dict[tuple[Any, ...], Runtime] = {}
+"""The one place runtimes live. slime calls plain functions (``generate`` per sample), so the client pool,
+tokenizer and tools that must outlive a call are kept here, keyed by what they are built from (router URL,
+pool size, plugin settings, checkpoint); :func:`runtime_for` is its only reader and writer. A process sees
+one key per slime configuration (normally one), so entries are never evicted."""
 _TOP_P_PARAM = "return_top_p_token_ids"
 
 

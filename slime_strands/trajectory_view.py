@@ -19,9 +19,8 @@ from .trajectory_file import TokenSegment, TrajectoryRow
 __all__ = ["Block", "SegmentView", "TokenCell", "TrajectoryView", "build_view", "token_texts"]
 
 _REPLACEMENT = "\ufffd"
-_MAX_CHARACTER_TOKENS = (
-    8  # a UTF-8 character spans at most 4 bytes; byte-level BPE pieces can be single bytes
-)
+# A UTF-8 character spans at most 4 bytes; byte-level BPE pieces can be single bytes.
+_MAX_CHARACTER_TOKENS = 8
 _NOTE_CHARS = 300
 
 
@@ -55,6 +54,17 @@ class Block:
 
     def low_confidence(self, threshold: float) -> int:
         return sum(c.trained and c.logprob < threshold for c in self.cells)
+
+    def header(self) -> list[str]:
+        """What both renderers title the block with: its title, its token range and, for a generated turn, its
+        finish reason and mean logprob."""
+        parts = [self.title, f"tokens {self.start}-{self.end - 1} ({self.end - self.start})"]
+        if self.kind == "generated":
+            if self.finish_reason:
+                parts.append(f"finish {self.finish_reason}")
+            if self.mean_logprob is not None:
+                parts.append(f"mean logprob {self.mean_logprob:.2f}")
+        return parts
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ def token_texts(tokenizer: Any, token_ids: Sequence[int]) -> list[str]:
 
 
 def build_view(row: TrajectoryRow, tokenizer: Any) -> TrajectoryView:
+    """``row`` cut into blocks per segment, every token decoded, tool calls and results attached."""
     segments = []
     for number, segment in enumerate(row.segments, start=1):
         notes = _turn_notes(row.messages) if number == len(row.segments) else []

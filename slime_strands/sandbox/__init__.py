@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from typing import Any
 
@@ -27,7 +26,7 @@ from strands import tool
 
 from ..settings import SandboxSettings
 from ._result import ExecutionResult, cut_middle
-from ._sandbox import Sandbox, SandboxIsolationError, SandboxUnavailableError, get_sandbox, retire_sandboxes
+from ._sandbox import HOST, Sandbox, SandboxIsolationError, SandboxUnavailableError
 
 __all__ = [
     "ExecutionResult",
@@ -42,20 +41,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_settings = SandboxSettings()
-_settings_lock = threading.Lock()
-
 
 def configure_sandbox(settings: SandboxSettings) -> None:
     """Settings used by :func:`execute_python_code` and by :func:`run_python` without explicit settings.
 
     Idempotent. New settings replace the sandboxes of the old ones on every event loop: runs in flight
     finish on the old interpreter, which then stops; later runs start one with the new settings."""
-    global _settings
-    with _settings_lock:
-        previous, _settings = _settings, settings
-    if previous != settings:
-        retire_sandboxes(previous)
+    HOST.configure(settings)
 
 
 async def ensure_isolation(settings: SandboxSettings) -> str:
@@ -72,17 +64,17 @@ async def ensure_isolation(settings: SandboxSettings) -> str:
             "slime-strands sandbox: backend 'camel': model-written code runs UNISOLATED, no limits"
         )
         return "camel"
-    return await get_sandbox(settings).start()
+    return await HOST.sandbox(settings).start()
 
 
 async def run_python(code: str, settings: SandboxSettings | None = None) -> ExecutionResult:
     """Run ``code`` in the sandbox for ``settings`` (default: the configured ones) on this event loop.
 
     Raises :class:`SandboxIsolationError` when the settings require isolation and none works here."""
-    settings = settings or _settings
+    settings = settings or HOST.settings
     if settings.backend == "camel":
         return await _run_with_camel(code, settings)
-    return await get_sandbox(settings).run(code)
+    return await HOST.sandbox(settings).run(code)
 
 
 async def _run_with_camel(code: str, settings: SandboxSettings) -> ExecutionResult:
@@ -130,13 +122,14 @@ async def execute_python_code(code: str) -> dict[str, Any]:
     Args:
         code: the complete Python program to run.
     """
+    settings = HOST.settings
     try:
-        result = await run_python(code)
+        result = await run_python(code, settings)
     except SandboxIsolationError as exc:  # never run unisolated: the call fails, saying why
         logger.error("%s", exc)
         return {"status": "error", "content": [{"text": f"[sandbox error: {exc}]"}]}
     # A raise, timeout or kill is a tool error (counted in the rollout metrics); the model sees the same text.
     return {
         "status": "success" if result.ok else "error",
-        "content": [{"text": result.to_model_text(_settings.max_output_chars)}],
+        "content": [{"text": result.to_model_text(settings.max_output_chars)}],
     }

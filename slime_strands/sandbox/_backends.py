@@ -23,6 +23,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from ..errors import ConfigurationError
+
 __all__ = ["BACKENDS", "ISOLATING", "SYSTEM_DIRS", "command", "python_paths", "sandbox_env"]
 
 BACKENDS = ("bwrap", "unshare", "limits")
@@ -146,4 +148,4 @@ def command(backend: str, *, root: bool, tmp_mb: int = 1024) -> list[str] | None
         return [unshare, *user, *flags, "--", *python]
     if backend == "limits":
         return python
-    raise ValueError(f"unknown sandbox backend {backend!r}")
+    raise ConfigurationError(f"unknown sandbox backend {backend!r} ({', '.join(BACKENDS)})")

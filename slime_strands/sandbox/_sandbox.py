@@ -5,6 +5,10 @@ bounded by a semaphore (``concurrency``); the host never blocks its loop, and a 
 killed and replaced transparently (its in-flight runs get an error result, later runs work). A sandbox that
 is replaced (new settings) or evicted closes once its last run is done; one whose loop shuts down
 (``asyncio.run`` returning) closes with it.
+
+Everything the sandbox keeps for the life of the process (the configured settings, the sandboxes of every
+loop, which backend worked, warnings given, uids to reap) lives in ONE object, :data:`HOST`: the sandbox's
+public functions (``slime_strands.sandbox``) and the classes here read and change that state nowhere else.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from ..settings import SandboxSettings
 from ._backends import ISOLATING, SYSTEM_DIRS, command, python_paths, sandbox_env
 from ._result import ExecutionResult
 
-__all__ = ["Sandbox", "SandboxIsolationError", "SandboxUnavailableError", "get_sandbox", "retire_sandboxes"]
+__all__ = ["HOST", "Sandbox", "SandboxHost", "SandboxIsolationError", "SandboxUnavailableError"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,21 +42,7 @@ _START_TIMEOUT_S = 120.0  # importing numpy + sympy on a loaded node
 _HOST_GRACE_S = 10.0  # beyond the run's own timeout before the interpreter counts as hung
 _BYTES_PER_CHAR = 4
 _PROBE = "print(6 * 7)"
-_working_backend: dict[str, str] = {}  # requested backend -> the one that worked (probed once per process)
-_warned: set[str] = set()
-_orphan_uids: set[int] = set()  # run uids of dead interpreters: reaped by the next one (limits-only)
 _MAX_PER_LOOP = 4  # sandboxes (warm interpreters) kept per event loop; the least recently used closes
-_registry_lock = threading.Lock()  # loops on several threads share the registry
-_registry: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, collections.OrderedDict[SandboxSettings, Sandbox]
-] = weakref.WeakKeyDictionary()
-_closing: set[asyncio.Task[None]] = set()  # retired sandboxes closing in the background
-
-
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        logger.warning(message)
 
 
 def _mapped_ids(path: str) -> list[tuple[int, int]]:
@@ -64,7 +54,7 @@ def _mapped_ids(path: str) -> list[tuple[int, int]]:
         return [(0, 1 << 32)]
 
 
-def run_uids(count: int) -> list[int]:
+def _run_uids(count: int) -> list[int]:
     """``count`` consecutive unused uids (= gids) for runs: random, far above any real user's, within what
     our user namespace maps (a rootless container maps only a few thousand ids). None if too few are
     mapped: runs then share the interpreter's uid."""
@@ -77,7 +67,7 @@ def run_uids(count: int) -> list[int]:
             if high - low >= count:
                 spans.append((low, high))
     if not spans:
-        _warn_once(
+        HOST.warn_once(
             "slime-strands sandbox: fewer than "
             f"{count} unprivileged uids are mapped into this user namespace: runs share the sandbox "
             "interpreter's uid (they can signal it and each other)"
@@ -133,7 +123,7 @@ class _Interpreter:
         argv = await asyncio.get_running_loop().run_in_executor(None, build)  # may run `bwrap --help`
         if argv is None:
             raise SandboxUnavailableError(f"{backend}: not installed")
-        uids = run_uids(concurrency) if root else []
+        uids = _run_uids(concurrency) if root else []
         private_tmp = {"bwrap": "chmod", "unshare": "chroot"}.get(backend)
         base = "/tmp/runs" if private_tmp else None  # None: the interpreter makes (and removes) a temp dir
         try:
@@ -150,7 +140,7 @@ class _Interpreter:
             raise SandboxUnavailableError(f"{backend}: cannot start: {exc}") from exc
         interp = cls(backend, proc, uids)
         interp.drain = asyncio.ensure_future(interp._drain_stderr())
-        reap = sorted(_orphan_uids) if backend == "limits" else []
+        reap = sorted(HOST.orphan_uids) if backend == "limits" else []
         config = {
             "base_dir": base,
             "uids": uids,
@@ -173,12 +163,12 @@ class _Interpreter:
             if not private_tmp:
                 interp.host_dir = ready.get("base_dir")
             if ready.get("stdlib_private") and uids:
-                _warn_once(
+                HOST.warn_once(
                     f"slime-strands sandbox ({backend}): the Python installation ({sys.base_prefix}) is not "
                     "readable by the unprivileged run uid, so runs can import only preloaded modules; use the "
                     "bwrap or unshare backend, or install Python outside a private directory such as /root"
                 )
-            _orphan_uids.difference_update(reap)
+            HOST.orphan_uids.difference_update(reap)
             interp.reader = asyncio.ensure_future(interp._read_results())
             probe = await interp.request(_PROBE, settings)
             if probe.get("stdout", "").strip() != "42":
@@ -254,7 +244,7 @@ class _Interpreter:
 
     async def close(self, hung: bool = False) -> None:
         if self.backend == "limits" and self.uids:
-            _orphan_uids.update(self.uids)
+            HOST.orphan_uids.update(self.uids)
         # EOF first: the interpreter kills its runs, removes their files and exits; then signals. A hung
         # one does not read: SIGKILL the launcher at once (the namespace dies with it), except the limits
         # keeper, whose SIGTERM makes it kill the server it forked (`unshare` ignores SIGTERM).
@@ -279,8 +269,12 @@ class _Interpreter:
                 with contextlib.suppress(BaseException):
                     await task
         self._fail_pending("the sandbox was closed")
-        if self.host_dir:
-            shutil.rmtree(self.host_dir, ignore_errors=True)
+        if self.host_dir:  # the runs' files (up to file_size_mb each): not on the event loop
+            remove = functools.partial(shutil.rmtree, self.host_dir, ignore_errors=True)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, remove)
+            except RuntimeError:  # the loop's executor is already shut down (loop closing): here, then
+                remove()
 
 
 class Sandbox:
@@ -288,7 +282,7 @@ class Sandbox:
 
     def __init__(self, settings: SandboxSettings | None = None) -> None:
         self.settings = settings or SandboxSettings()
-        self.concurrency = self.settings.concurrency or os.cpu_count() or 1
+        self.concurrency = self.settings.effective_concurrency
         self._slots = asyncio.Semaphore(self.concurrency)
         self._interp: _Interpreter | None = None
         self._starting = asyncio.Lock()
@@ -300,7 +294,7 @@ class Sandbox:
     @property
     def backend(self) -> str | None:
         """The backend in use (None before the first run)."""
-        return self._interp.backend if self._interp else _working_backend.get(self.settings.backend)
+        return self._interp.backend if self._interp else HOST.working_backends.get(self.settings.backend)
 
     async def _interpreter(self) -> _Interpreter:
         async with self._starting:
@@ -331,7 +325,8 @@ class Sandbox:
         if self._refused is not None:
             raise SandboxIsolationError(self._refused)
         wanted = self.settings.backend
-        order = [wanted] if wanted != "auto" else [_working_backend.get("auto", ISOLATING[0]), *ISOLATING]
+        worked = HOST.working_backends
+        order = [wanted] if wanted != "auto" else [worked.get("auto", ISOLATING[0]), *ISOLATING]
         errors = []
         for backend in dict.fromkeys(order):
             try:
@@ -346,9 +341,9 @@ class Sandbox:
                     "uid only; it can read world-readable host files and use the host network. Use "
                     "`sandbox.backend: auto` (bubblewrap or unshare) to isolate it."
                 )
-            _working_backend[wanted] = backend
+            worked[wanted] = backend
             return interp
-        if wanted == "limits" or set(order) & set(_working_backend.values()):
+        if wanted == "limits" or set(order) & set(worked.values()):
             # It isolated in this process before: the machine allows it, this start failed (e.g. load).
             raise SandboxUnavailableError("the sandbox interpreter could not start: " + "; ".join(errors))
         what = (
@@ -418,9 +413,7 @@ class Sandbox:
             self._close_soon()
 
     def _close_soon(self) -> None:
-        task = asyncio.ensure_future(self.aclose())
-        _closing.add(task)
-        task.add_done_callback(_closing.discard)
+        HOST.keep_until_done(asyncio.ensure_future(self.aclose()))
 
     async def aclose(self) -> None:
         """Stop the interpreter (and with it every run still going)."""
@@ -430,25 +423,81 @@ class Sandbox:
                 self._interp = None
 
 
-def get_sandbox(settings: SandboxSettings) -> Sandbox:
-    """The sandbox for ``settings`` on the running event loop (created on first use)."""
-    loop = asyncio.get_running_loop()
-    with _registry_lock:
-        per_loop = _registry.setdefault(loop, collections.OrderedDict())
-        sandbox = per_loop.get(settings)
-        if sandbox is None:
-            sandbox = per_loop[settings] = Sandbox(settings)
-        per_loop.move_to_end(settings)
-        evicted = [per_loop.popitem(last=False)[1] for _ in range(len(per_loop) - _MAX_PER_LOOP)]
-    for old in evicted:
-        old.retire()
-    return sandbox
+class SandboxHost:
+    """The sandbox's process-wide state: one object (:data:`HOST`) instead of module globals.
+
+    It holds what outlives a run and is shared by every event loop and thread of the process:
+
+    * the settings ``execute_python_code`` and ``run_python`` use unless given others (:meth:`configure`);
+    * the sandboxes, per event loop and settings, at most ``_MAX_PER_LOOP`` per loop, least recently used
+      retired first (:meth:`sandbox`); a loop that is garbage-collected drops its own;
+    * ``working_backends``: requested backend -> the one that started (``auto`` tries it first; once
+      isolation worked here, a later failure to start is transient, not a refusal of the machine);
+    * ``orphan_uids``: run uids of ``limits`` interpreters that died; the next one reaps their processes;
+    * warnings already given (:meth:`warn_once`) and retired sandboxes closing in the background (a task
+      needs a reference until it is done).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # loops on several threads configure and look up sandboxes
+        self._settings = SandboxSettings()
+        self._sandboxes: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, collections.OrderedDict[SandboxSettings, Sandbox]
+        ] = weakref.WeakKeyDictionary()
+        self.working_backends: dict[str, str] = {}
+        self.orphan_uids: set[int] = set()
+        self._warned: set[str] = set()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def settings(self) -> SandboxSettings:
+        """The configured settings (the defaults until :meth:`configure`)."""
+        return self._settings
+
+    def configure(self, settings: SandboxSettings) -> None:
+        """Make ``settings`` the configured ones; the sandboxes of the previous ones are retired on every
+        loop (runs in flight finish on the old interpreter, which then stops). Idempotent."""
+        with self._lock:
+            previous, self._settings = self._settings, settings
+        if previous != settings:
+            self.retire(previous)
+
+    def sandbox(self, settings: SandboxSettings) -> Sandbox:
+        """The sandbox for ``settings`` on the running event loop (created on first use)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            per_loop = self._sandboxes.setdefault(loop, collections.OrderedDict())
+            sandbox = per_loop.get(settings)
+            if sandbox is None:
+                sandbox = per_loop[settings] = Sandbox(settings)
+            per_loop.move_to_end(settings)
+            evicted = [per_loop.popitem(last=False)[1] for _ in range(len(per_loop) - _MAX_PER_LOOP)]
+        for old in evicted:
+            old.retire()
+        return sandbox
+
+    def retire(self, settings: SandboxSettings) -> None:
+        """Close every loop's sandbox for ``settings`` once its runs are done (from any thread)."""
+        with self._lock:
+            found = [
+                (loop, boxes.pop(settings)) for loop, boxes in self._sandboxes.items() if settings in boxes
+            ]
+        for loop, sandbox in found:
+            with contextlib.suppress(RuntimeError):  # a closed loop: its interpreter went with its transports
+                loop.call_soon_threadsafe(sandbox.retire)
+
+    def warn_once(self, message: str) -> None:
+        """Log a warning about the machine (not about one run) once per process."""
+        if message not in self._warned:
+            self._warned.add(message)
+            logger.warning(message)
+
+    def keep_until_done(self, task: asyncio.Task[None]) -> None:
+        """Hold a background task (a retired sandbox closing) until it finishes: the loop keeps only a weak
+        reference to it."""
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
 
-def retire_sandboxes(settings: SandboxSettings) -> None:
-    """Close every loop's sandbox for ``settings`` once its runs are done (from any thread)."""
-    with _registry_lock:
-        found = [(loop, boxes.pop(settings)) for loop, boxes in _registry.items() if settings in boxes]
-    for loop, sandbox in found:
-        with contextlib.suppress(RuntimeError):  # a closed loop: its interpreter went with its transports
-            loop.call_soon_threadsafe(sandbox.retire)
+HOST = SandboxHost()
+"""The process's one :class:`SandboxHost`."""

@@ -199,6 +199,13 @@ class SGLangTestServer:
             return len(self._turns[key])
 
     @property
+    def in_flight(self) -> list[str]:
+        """``rid`` of every ``/generate`` request being answered now: the ones an abort reaches (a request is
+        recorded a moment before it is in flight)."""
+        with self._lock:
+            return list(self._in_flight)
+
+    @property
     def generate_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path == "/generate"]
 

@@ -55,7 +55,7 @@ _REGISTRY: dict[str, type[ToolParser]] = {}
 def register_tool_parser(cls: type[ToolParser]) -> type[ToolParser]:
     """Register a parser class under its ``name`` (usable as a class decorator)."""
     if cls.name == AUTO:
-        raise ValueError(f"{AUTO!r} is reserved for choosing the parser from the tokenizer")
+        raise ConfigurationError(f"{AUTO!r} is reserved for choosing the parser from the tokenizer")
     _REGISTRY[cls.name] = cls
     return cls
 

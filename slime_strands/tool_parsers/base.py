@@ -147,39 +147,48 @@ class TaggedToolParser(ToolParser):
     def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | ToolCallError]]:
         calls: list[ToolCall | ToolCallError] = []
         kept: list[str] = []
-        pattern = re.compile(re.escape(self.open_tag) + "|" + re.escape(self.close_tag))
-        pos = 0
-        while True:
-            match = pattern.search(text, pos)
-            if match is None:
-                kept.append(text[pos:])
-                break
-            kept.append(text[pos : match.start()])
-            if match.group() == self.close_tag:
-                calls.append(
-                    ToolCallError(
-                        "unclosed_tag", f"found {self.close_tag} without a matching {self.open_tag}", ""
-                    )
-                )
-                pos = match.end()
-                continue
-            body_start = match.end()
-            nxt = pattern.search(text, body_start)
-            if nxt is None or nxt.group() != self.close_tag:
-                end = nxt.start() if nxt else len(text)
-                raw = text[match.start() : end]
-                calls.append(
-                    ToolCallError(
-                        "unclosed_tag",
-                        f"{self.open_tag} was not closed with {self.close_tag}: {clip(raw)}",
-                        raw,
-                    )
-                )
-                pos = end
-                continue
-            calls.append(self.parse_body(text[body_start : nxt.start()], tools))
-            pos = nxt.end()
+        for before, body in split_blocks(text, self.open_tag, self.close_tag):
+            kept.append(before)
+            if isinstance(body, str):
+                calls.append(self.parse_body(body, tools))
+            elif body is not None:
+                calls.append(body)
         return "".join(kept).strip(), calls
+
+
+def split_blocks(text: str, open_tag: str, close_tag: str) -> list[tuple[str, str | ToolCallError | None]]:
+    """``text`` cut at its ``open_tag ... close_tag`` blocks: ``(text before the block, the block's body)``
+    pairs, ending with ``(the rest, None)``. A stray ``close_tag``, or an ``open_tag`` that the next tag does
+    not close, stands as a :class:`ToolCallError` in place of a body (the unclosed text is dropped): every
+    format that wraps calls in tags reports them with the same words."""
+    pattern = re.compile(re.escape(open_tag) + "|" + re.escape(close_tag))
+    out: list[tuple[str, str | ToolCallError | None]] = []
+    pos = 0
+    while (match := pattern.search(text, pos)) is not None:
+        before = text[pos : match.start()]
+        if match.group() == close_tag:
+            out.append(
+                (
+                    before,
+                    ToolCallError("unclosed_tag", f"found {close_tag} without a matching {open_tag}", ""),
+                )
+            )
+            pos = match.end()
+            continue
+        nxt = pattern.search(text, match.end())
+        if nxt is None or nxt.group() != close_tag:
+            end = nxt.start() if nxt else len(text)
+            raw = text[match.start() : end]
+            error = ToolCallError(
+                "unclosed_tag", f"{open_tag} was not closed with {close_tag}: {clip(raw)}", raw
+            )
+            out.append((before, error))
+            pos = end
+            continue
+        out.append((before, text[match.end() : nxt.start()]))
+        pos = nxt.end()
+    out.append((text[pos:], None))
+    return out
 
 
 def clip(text: str) -> str:

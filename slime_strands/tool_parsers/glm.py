@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ._arguments import convert_value, parameter_schema
+from ._arguments import add_argument
 from .base import TaggedToolParser, ToolCall, ToolCallError, ToolSchemas, clip
 
 __all__ = ["Glm45ToolParser", "Glm47ToolParser"]
@@ -85,16 +85,9 @@ def _pairs(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | ToolCal
         if isinstance(value, ToolCallError):
             return value
         value_text, pos = value
-        key_text = key_text.strip()
-        if not key_text or key_text in arguments:
-            problem = "duplicate" if key_text else "empty"
-            return ToolCallError(
-                "bad_arguments", f"{problem} argument name {key_text!r} in the call to {name!r}", ""
-            )
-        try:
-            arguments[key_text] = convert_value(value_text, parameter_schema(tools, name, key_text))
-        except ValueError as exc:
-            return ToolCallError("bad_arguments", f"argument {key_text!r} of the call to {name!r}: {exc}", "")
+        error = add_argument(arguments, key_text.strip(), value_text, call=name, tools=tools, noun="argument")
+        if error is not None:
+            return error
 
 
 def _tag(text: str, pos: int, open_tag: str, close_tag: str, name: str) -> tuple[str, int] | ToolCallError:

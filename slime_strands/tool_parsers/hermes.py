@@ -6,8 +6,8 @@ Format facts: Qwen3's chat template renders ``tool_calls`` as ``<tool_call>\\n{"
 
 from __future__ import annotations
 
-from ._arguments import load_json_object
-from .base import TaggedToolParser, ToolCall, ToolCallError, ToolSchemas, clip
+from ._arguments import json_call, load_json_object
+from .base import TaggedToolParser, ToolCall, ToolCallError, ToolSchemas
 
 __all__ = ["HermesToolParser"]
 
@@ -28,19 +28,4 @@ class HermesToolParser(TaggedToolParser):
         payload = load_json_object(raw, "the tool call")
         if isinstance(payload, ToolCallError):
             return payload
-        name = payload.get("name")
-        if not isinstance(name, str) or not name.strip():
-            return ToolCallError("missing_name", f'the tool call has no "name" string: {clip(raw)}', raw)
-        if "arguments" not in payload:
-            return ToolCallError(
-                "bad_arguments", f'the call to {name!r} has no "arguments" object', raw, name
-            )
-        arguments = payload["arguments"]
-        if not isinstance(arguments, dict):
-            return ToolCallError(
-                "bad_arguments",
-                f'"arguments" of the call to {name!r} must be a JSON object, got {type(arguments).__name__}',
-                raw,
-                name,
-            )
-        return ToolCall(name=name, input=arguments, raw=raw)
+        return json_call(payload, raw, ("arguments",))

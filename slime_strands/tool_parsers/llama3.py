@@ -11,14 +11,15 @@ and splits parallel calls on ``;``.
 from __future__ import annotations
 
 import json
-from typing import Any
 
+from ._arguments import json_call, json_error, json_object
 from .base import ToolCall, ToolCallError, ToolParser, ToolSchemas, clip
 
 __all__ = ["Llama3ToolParser"]
 
 _TAG = "<|python_tag|>"
 _SEPARATOR = ";"
+_ARGUMENT_KEYS = ("parameters", "arguments")  # either one, not both
 
 
 class Llama3ToolParser(ToolParser):
@@ -52,19 +53,11 @@ def _calls(action: str) -> list[ToolCall | ToolCallError]:
             return calls
         try:
             payload, end = decoder.raw_decode(action, pos)
-        except json.JSONDecodeError as exc:
-            raw = action[pos:]
-            return [
-                *calls,
-                ToolCallError("bad_json", f"the tool call is not valid JSON ({exc}): {clip(raw)}", raw),
-            ]
-        except RecursionError:
-            raw = action[pos:]
-            return [
-                *calls,
-                ToolCallError("bad_json", f"the tool call JSON is nested too deeply: {clip(raw)}", raw),
-            ]
-        calls.append(_call(payload, action[pos:end]))
+        except (json.JSONDecodeError, RecursionError) as exc:
+            return [*calls, json_error(exc, "the tool call", action[pos:])]
+        raw = action[pos:end]
+        call = json_object(payload, "the tool call", raw)
+        calls.append(call if isinstance(call, ToolCallError) else json_call(call, raw, _ARGUMENT_KEYS))
         pos = end
         while pos < len(action) and action[pos].isspace():
             pos += 1
@@ -78,28 +71,3 @@ def _calls(action: str) -> list[ToolCall | ToolCallError]:
                     ),
                 ]
             pos += 1
-
-
-def _call(payload: Any, raw: str) -> ToolCall | ToolCallError:
-    if not isinstance(payload, dict):
-        return ToolCallError(
-            "bad_json", f"the tool call must be a JSON object, got {type(payload).__name__}: {clip(raw)}", raw
-        )
-    name = payload.get("name")
-    if not isinstance(name, str) or not name.strip():
-        return ToolCallError("missing_name", f'the tool call has no "name" string: {clip(raw)}', raw)
-    present = [key for key in ("parameters", "arguments") if key in payload]
-    if len(present) != 1:
-        problem = "both" if present else "neither"
-        return ToolCallError(
-            "bad_arguments", f'the call to {name!r} has {problem} "parameters" and "arguments"', raw, name
-        )
-    arguments = payload[present[0]]
-    if not isinstance(arguments, dict):
-        return ToolCallError(
-            "bad_arguments",
-            f'"{present[0]}" of the call to {name!r} must be a JSON object, got {type(arguments).__name__}',
-            raw,
-            name,
-        )
-    return ToolCall(name=name, input=arguments, raw=raw)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._arguments import convert_value, parameter_schema
+from ._arguments import add_argument
 from .base import ParseErrorKind, TaggedToolParser, ToolCall, ToolCallError, ToolSchemas, clip
 
 __all__ = ["Qwen3CoderToolParser"]
@@ -71,16 +71,12 @@ def _parameters(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | To
         following = text.find(_PARAMETER_OPEN, head_end)
         if end < 0 or 0 <= following < end:
             return _error("unclosed_tag", f"<parameter={key}> was not closed with {_PARAMETER_CLOSE}")
-        if not key or key in arguments:
-            problem = "duplicate" if key else "empty"
-            return _error("bad_arguments", f"{problem} parameter name {key!r} in the call to {name!r}")
         value = text[head_end + 1 : end]
         value = value[1:] if value.startswith("\n") else value
         value = value[:-1] if value.endswith("\n") else value
-        try:
-            arguments[key] = convert_value(value, parameter_schema(tools, name, key))
-        except ValueError as exc:
-            return _error("bad_arguments", f"argument {key!r} of the call to {name!r}: {exc}")
+        error = add_argument(arguments, key, value, call=name, tools=tools, noun="parameter")
+        if error is not None:
+            return error
         pos = end + len(_PARAMETER_CLOSE)
 
 

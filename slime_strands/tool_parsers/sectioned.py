@@ -18,7 +18,7 @@ import re
 from typing import ClassVar
 
 from ._arguments import load_json_object
-from .base import ToolCall, ToolCallError, ToolParser, ToolSchemas, clip
+from .base import ToolCall, ToolCallError, ToolParser, ToolSchemas, clip, split_blocks
 
 __all__ = ["DeepSeekV31ToolParser", "KimiK2ToolParser", "SectionedToolParser"]
 
@@ -79,43 +79,20 @@ class SectionedToolParser(ToolParser):
         return content.strip(), calls
 
     def _section(self, body: str, tools: ToolSchemas) -> list[ToolCall | ToolCallError]:
-        pattern = re.compile(re.escape(self.call_open) + "|" + re.escape(self.call_close))
         calls: list[ToolCall | ToolCallError] = []
-        pos = 0
-        while True:
-            match = pattern.search(body, pos)
-            rest = body[pos : match.start() if match else len(body)]
-            if rest.strip():
+        for before, call in split_blocks(body, self.call_open, self.call_close):
+            if before.strip():
                 calls.append(
                     ToolCallError(
                         "bad_arguments",
-                        f"unexpected text in the tool-call section: {clip(rest.strip())}",
-                        rest,
+                        f"unexpected text in the tool-call section: {clip(before.strip())}",
+                        before,
                     )
                 )
-            if match is None:
-                break
-            if match.group() == self.call_close:
-                calls.append(
-                    ToolCallError("unclosed_tag", f"found {self.call_close} without {self.call_open}", "")
-                )
-                pos = match.end()
-                continue
-            nxt = pattern.search(body, match.end())
-            if nxt is None or nxt.group() != self.call_close:
-                end = nxt.start() if nxt else len(body)
-                raw = body[match.start() : end]
-                calls.append(
-                    ToolCallError(
-                        "unclosed_tag",
-                        f"{self.call_open} was not closed with {self.call_close}: {clip(raw)}",
-                        raw,
-                    )
-                )
-                pos = end
-                continue
-            calls.append(self._call(body[match.end() : nxt.start()], tools))
-            pos = nxt.end()
+            if isinstance(call, str):
+                calls.append(self._call(call, tools))
+            elif call is not None:
+                calls.append(call)
         return calls
 
     def _call(self, body: str, tools: ToolSchemas) -> ToolCall | ToolCallError:

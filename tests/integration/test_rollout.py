@@ -185,15 +185,13 @@ async def test_slime_abort_flag_stops_between_turns(server, monkeypatch, tokeniz
 async def test_slime_abort_of_a_running_request_is_aborted_not_retried(server, monkeypatch, tokenizer):
     state = install_generate_state(monkeypatch, tokenizer)
     sample = new_sample()
-    server.script(Turn("a long answer", delay_s=5.0), key=sample.session_id)
+    server.script(Turn("a long answer", delay_s=600), key=sample.session_id)  # only the abort answers it
     task = asyncio.create_task(rollout.generate(make_args(server), sample, dict(SLIME_PARAMS)))
-    for _ in range(500):
-        if session_requests(server, sample):
-            break
+    while not server.in_flight:
         await asyncio.sleep(0.01)
     state.aborted = True  # slime sets its flag, then aborts every request on every worker
     await SGLangClient(server.base_url).abort()
-    out = await asyncio.wait_for(task, 10)
+    out = await task
     assert out.status == Sample.Status.ABORTED and out.reward is None
     assert record(out).termination is Termination.ABORTED
     assert len(session_requests(server, sample)) == 1
@@ -232,6 +230,26 @@ async def test_server_down_gives_failed_sample_slime_can_train_around(tokenizer)
     assert out.response_length == 1 and out.loss_mask == [0] and out.rollout_log_probs == [0.0]
     assert len(out.tokens) > 1
     assert "SGLangConnectionError" in record(out).error
+
+
+@pytest.mark.parametrize("fan_out", [False, True])
+async def test_a_bug_writing_the_sample_fails_the_sample_not_the_step(server, monkeypatch, fan_out):
+    """After the episode ran, a failure turning it into Sample fields still ends only this sample FAILED."""
+    from slime_strands import sample_writer
+
+    def broken(self):
+        raise RuntimeError("a bug in the appender")
+
+    monkeypatch.setattr(sample_writer._Appender, "finish", broken)
+    strands = {"tools": ["rollout_tools.add"], "collect_subagents": fan_out}
+    args = make_args(server, strands=strands)
+    sample = new_sample()
+    server.script("Answer: 5", key=sample.session_id)
+    out = await rollout.generate(args, sample, dict(SLIME_PARAMS))
+    (out,) = out if fan_out else [out]
+    assert out is sample and len(server.generate_requests) == 1
+    assert out.status == Sample.Status.FAILED and out.remove_sample and out.reward == 0.0
+    assert out.loss_mask == [0] and record(out).error == "RuntimeError: a bug in the appender"
 
 
 async def test_503_burst_then_recovery(server):

@@ -306,7 +306,7 @@ async def test_a_sandbox_that_cannot_isolate_raises_at_the_first_sample(server, 
         script.write_text(f"#!/bin/sh\necho '{refusal}' >&2\nexit 1\n")
         script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setattr(_sandbox, "_working_backend", {})  # nothing has isolated in this process yet
+    monkeypatch.setattr(_sandbox.HOST, "working_backends", {})  # nothing has isolated in this process yet
     args = make_args(
         server,
         strands={

@@ -45,7 +45,7 @@ def _refuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *tools: str) -> Pat
         script.write_text(f"#!/bin/sh\n{usage}echo {tool} >> '{log}'\necho '{_REFUSALS[tool]}' >&2\nexit 1\n")
         script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setattr(_sandbox, "_working_backend", {})  # nothing has isolated in this process yet
+    monkeypatch.setattr(_sandbox.HOST, "working_backends", {})  # nothing has isolated in this process yet
     return log
 
 
@@ -60,7 +60,7 @@ def test_the_isolation_error_is_a_configuration_error_not_a_transient_one():
 
 
 async def test_auto_uses_bwrap_where_it_works(monkeypatch):
-    monkeypatch.setattr(_sandbox, "_working_backend", {})
+    monkeypatch.setattr(_sandbox.HOST, "working_backends", {})
     box = Sandbox(SandboxSettings(backend="auto", prewarm=False, timeout_s=30))
     try:
         try:
@@ -116,7 +116,7 @@ async def test_no_isolation_raises_and_never_runs_the_code(tmp_path, monkeypatch
 async def test_the_tool_reports_missing_isolation_as_a_tool_error(tmp_path, monkeypatch):
     _refuse(tmp_path, monkeypatch, "bwrap", "unshare")
     marker = tmp_path / "ran-unisolated"
-    original = package._settings
+    original = _sandbox.HOST.settings
     package.configure_sandbox(SandboxSettings(backend="auto", prewarm=False, timeout_s=30))
     try:
         reply = await execute_python_code(code=f"open({str(marker)!r}, 'w').write('x')")
@@ -144,7 +144,7 @@ async def test_a_failure_after_isolation_worked_is_transient(tmp_path, monkeypat
     """Once isolation worked in this process the machine allows it: a failed restart (e.g. under memory
     pressure) fails the run, not the training."""
     _refuse(tmp_path, monkeypatch, "bwrap", "unshare")
-    monkeypatch.setattr(_sandbox, "_working_backend", {"auto": "bwrap"})
+    monkeypatch.setattr(_sandbox.HOST, "working_backends", {"auto": "bwrap"})
     result = await run_python("print(1)", SandboxSettings(backend="auto", prewarm=False, timeout_s=32))
     assert result.error and result.error.startswith("the sandbox interpreter could not start: bwrap:"), result
     assert result.stdout == "" and not result.ok

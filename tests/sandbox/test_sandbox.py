@@ -447,21 +447,15 @@ async def test_many_concurrent_runs(sandbox):
 
 
 async def test_event_loop_is_not_blocked(sandbox):
-    """Other coroutines run while a run is in flight (a blocking call would let them run only after)."""
-    seen_in_flight = 0
-
-    async def other_work():
-        nonlocal seen_in_flight
-        while True:
-            await asyncio.sleep(0.01)
-            seen_in_flight += bool(sandbox._interp and sandbox._interp.pending)
-
-    task = asyncio.create_task(other_work())
-    try:
-        result = await sandbox.run("import time\ntime.sleep(0.5)\nprint('done')")
-    finally:
-        task.cancel()
-    assert result.stdout == "done\n" and seen_in_flight > 0, (result, seen_in_flight)
+    """This coroutine runs while a run is in flight: a host that blocked on the run would come back to it
+    only once the run had ended (killed at the sandbox's 60 s timeout), its request no longer pending."""
+    running = asyncio.create_task(sandbox.run("import time\ntime.sleep(600)"))
+    await _wait_for(lambda: bool(sandbox._interp and sandbox._interp.pending), "a run in flight")
+    assert not running.done()
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert (await sandbox.run("print('done')")).stdout == "done\n"
 
 
 async def test_dead_interpreter_is_replaced(sandbox):
@@ -679,7 +673,7 @@ def _run_on_a_new_loop(code: str, settings: SandboxSettings) -> tuple[str, int]:
 
     async def main() -> tuple[str, int]:
         result = await run_python(code, settings)
-        return result.stdout, _sandbox.get_sandbox(settings)._interp.proc.pid
+        return result.stdout, _sandbox.HOST.sandbox(settings)._interp.proc.pid
 
     return asyncio.run(main())
 
@@ -700,19 +694,19 @@ async def test_several_event_loops_and_threads():
 async def test_configure_sandbox_replaces_the_interpreter_after_its_runs():
     import slime_strands.sandbox as package
 
-    original = package._settings
+    original = _sandbox.HOST.settings
     first, second = SandboxSettings(timeout_s=40, prewarm=False), SandboxSettings(timeout_s=50, prewarm=False)
     try:
         package.configure_sandbox(first)
         package.configure_sandbox(first)  # idempotent
         assert (await run_python("print(1)")).stdout == "1\n"
-        old = _sandbox.get_sandbox(first)._interp
+        old = _sandbox.HOST.sandbox(first)._interp
         in_flight = asyncio.create_task(run_python("import time\ntime.sleep(0.3)\nprint('old')"))
         await _wait_for(lambda: len(old.pending) == 1, "a run in flight on the old interpreter")
         package.configure_sandbox(second)  # with nothing awaited since: that run is still in flight
         new = await run_python("print('new')")
         assert (await in_flight).stdout == "old\n" and new.stdout == "new\n"
-        assert _sandbox.get_sandbox(second)._interp is not old
+        assert _sandbox.HOST.sandbox(second)._interp is not old
         await asyncio.wait_for(old.proc.wait(), 60)  # the replaced interpreter stops once idle
     finally:
         package.configure_sandbox(original)
@@ -723,7 +717,7 @@ async def test_least_recently_used_sandboxes_close():
     interpreters = []
     for settings in variants:
         assert (await run_python("print(1)", settings)).stdout == "1\n"
-        interpreters.append(_sandbox.get_sandbox(settings)._interp)
+        interpreters.append(_sandbox.HOST.sandbox(settings)._interp)
     await asyncio.wait_for(interpreters[0].proc.wait(), 60)
     assert all(i.proc.returncode is None for i in interpreters[1:])
 

@@ -76,6 +76,9 @@ def test_validate_config(tmp_path, capsys):
     bad.write_text("strands:\n  max_tool_iter: 3\n")
     assert main(["validate-config", str(bad)]) == 1
     assert "unknown setting(s) max_tool_iter" in capsys.readouterr().out
+    bad.write_text('strands:\n  system_prompt: "unterminated\n')
+    assert main(["validate-config", str(bad)]) == 1
+    assert capsys.readouterr().out.startswith(f"{bad}: invalid: {bad}: not valid YAML: ")
 
 
 def test_check_server(tokenizer, capsys):

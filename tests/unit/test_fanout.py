@@ -13,7 +13,7 @@ from slime_helpers import Sample, slime_group_norm
 
 from slime_strands import metrics, reward
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import EpisodeRecord, SegmentRecord, Termination
+from slime_strands.record import EpisodeRecord, MalformedRecordError, SegmentRecord, Termination
 from slime_strands.reward_norm import post_process_rewards
 from slime_strands.sample_writer import SampleContract, reset_for_generation, write_samples
 from slime_strands.settings import CompactionSettings, PluginSettings, SettingsError
@@ -152,7 +152,7 @@ def test_segments_round_trip_and_sum_up():
 )
 def test_a_malformed_segment_makes_the_record_malformed(change):
     data = {**fanned_record().to_metadata(), **change}
-    with pytest.raises(ValueError):
+    with pytest.raises(MalformedRecordError):
         EpisodeRecord.from_metadata(data)
     assert EpisodeRecord.in_metadata({"strands": data}) is None
 

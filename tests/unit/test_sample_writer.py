@@ -3,6 +3,8 @@ and the record's own serialisation."""
 
 from __future__ import annotations
 
+import base64
+import struct
 import types
 
 import numpy as np
@@ -10,9 +12,10 @@ import pytest
 from slime_helpers import Sample
 
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import OUTCOMES, EpisodeRecord, Termination
+from slime_strands.record import OUTCOMES, EpisodeRecord, MalformedRecordError, Termination
 from slime_strands.sample_writer import SampleContract, reset_for_generation, write_sample
 from slime_strands.slime_adapter import template_kwargs
+from slime_strands.token_manager import TokenManager, TurnInfo
 
 
 def poisoned() -> Sample:
@@ -79,8 +82,11 @@ def test_record_round_trip_keeps_the_trajectory_out():
     data = record.to_metadata()
     assert "trajectory" not in data and "response" not in data and data["termination"] == "tool_limit"
     assert EpisodeRecord.from_metadata(data) == record
-    with pytest.raises(ValueError, match="unknown episode record key"):
+    with pytest.raises(MalformedRecordError, match="unknown episode record key"):
         EpisodeRecord.from_metadata({**data, "extra": 1})
+    with pytest.raises(MalformedRecordError, match="unknown termination 'done'"):
+        EpisodeRecord.from_metadata({**data, "termination": "done"})
+    assert EpisodeRecord.in_metadata({"strands": {**data, "termination": ["done"]}}) is None
 
 
 def test_template_kwargs_from_the_flag_and_the_sample():
@@ -89,3 +95,43 @@ def test_template_kwargs_from_the_flag_and_the_sample():
     assert template_kwargs(args, sample) == {"enable_thinking": False, "x": 1}, "the sample's own win"
     with pytest.raises(ConfigurationError, match="--apply-chat-template-kwargs is not JSON"):
         template_kwargs(types.SimpleNamespace(apply_chat_template_kwargs="{oops"), Sample())
+
+
+def _int32(values: list[int]) -> str:
+    """SGLang's encoding of an int32 array in meta_info."""
+    return base64.b64encode(struct.pack(f"<{len(values)}i", *values)).decode()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (None, None),
+        ("routed_experts", "AAAAAAA="),  # 5 bytes: not an int32 array
+        ("routed_experts", "not base64!"),
+        ("top_p_token_ids", "AAAAAAA="),
+        ("top_p_token_ids", [[1, 2], 3]),  # ragged nesting
+        ("routed_experts_start_len", "junk"),
+    ],
+)
+def test_replay_data_the_server_garbled_fails_the_sample_not_the_step(key, value):
+    """Whatever the server put in a turn's meta_info, writing the sample never raises: it is FAILED, saying why."""
+    tm = TokenManager()
+    tm.add_prompt([1, 2, 3])
+    meta = {
+        "finish_reason": {"type": "stop"},
+        "routed_experts": _int32([3, 1, 4, 1]),  # 4 rows (len(tokens) - 1) of 1 layer x top-1
+        "top_p_token_ids": _int32([4, 5]),
+        "top_p_token_offsets": _int32([0, 1, 2]),
+    }
+    if key is not None:
+        meta[key] = value
+    tm.add_generation([4, 5], [-0.5, -0.25], TurnInfo(finish_reason="stop", meta_info=meta))
+    record = EpisodeRecord(Termination.END_TURN, trajectory=tm, response="x")
+    s = Sample(prompt="p")
+    reset_for_generation(s)
+    write_sample(s, record, SampleContract(routing=(1, 1), top_p=True), types.SimpleNamespace(eos_token_id=7))
+    if key is None:  # the same turn, intact: a trained sample
+        assert s.status is Sample.Status.COMPLETED and s.rollout_top_p_token_offsets == [0, 1, 2]
+        return
+    assert s.status is Sample.Status.FAILED and s.remove_sample
+    assert EpisodeRecord.of(s).error.startswith("ReplayError: ")

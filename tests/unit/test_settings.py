@@ -6,6 +6,7 @@ import types
 
 import pytest
 
+from slime_strands.errors import ConfigurationError
 from slime_strands.settings import PluginSettings, SandboxSettings, SettingsError, settings_from_args
 
 
@@ -44,7 +45,9 @@ def test_mapping_is_coerced_and_nested():
         ({"tools": "slime_strands.sandbox.execute_python_code"}, "tools: expected a list"),
         ({"sandbox": {"backend": "docker"}}, "unknown backend 'docker'"),
         ({"sandbox": {"memory_mb": 0}}, "sandbox.memory_mb must be > 0"),
-        ({"sandbox": "fast"}, "expected a mapping"),
+        ({"sandbox": "fast"}, "^sandbox: expected a mapping, got str"),
+        ({"sandbox": 0}, "^sandbox: expected a mapping, got int"),  # not taken for "the defaults"
+        ({"compaction": []}, "^compaction: expected a mapping, got list"),
         ({"max_tool_iters": -1}, "max_tool_iters must be >= 0"),
         ({"reward": {"math_verify_timeout_s": 0}}, "math_verify_timeout_s must be > 0"),
         ({"tool_parser": "qwen25_xml"}, "tool_parser: unknown parser 'qwen25_xml'; choose 'auto' or one of"),
@@ -70,3 +73,26 @@ def test_from_yaml(tmp_path):
     path.write_text("- a list\n")
     with pytest.raises(SettingsError, match="mapping at top level"):
         PluginSettings.from_yaml(path)
+
+
+def test_a_yaml_file_that_does_not_parse_is_a_settings_error(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text('strands:\n  system_prompt: "unterminated\n  tools: [\n')
+    with pytest.raises(SettingsError, match=f"^{path}: not valid YAML: "):
+        PluginSettings.from_yaml(path)
+
+
+def test_what_the_settings_guard_is_checked_again_where_it_is_used():
+    """Built by hand (not through the settings), the pieces reject bad values with a ConfigurationError too."""
+    from slime_strands.compaction import ContextCompactor
+    from slime_strands.limits import ToolLimiter
+    from slime_strands.sandbox._backends import command
+    from slime_strands.segments import EpisodeSegments
+    from slime_strands.settings import CompactionSettings
+
+    with pytest.raises(ConfigurationError, match="max_tool_calls must be >= 0 or None, got -1"):
+        ToolLimiter(max_tool_calls=-1)
+    with pytest.raises(ConfigurationError, match="unknown compaction strategy 'trim'"):
+        ContextCompactor("trim", CompactionSettings(), EpisodeSegments(collect_subagents=False), pinned=1)
+    with pytest.raises(ConfigurationError, match="unknown sandbox backend 'docker'"):
+        command("docker", root=False)

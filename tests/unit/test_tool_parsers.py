@@ -211,5 +211,5 @@ def test_registry_get_register_unknown(monkeypatch):
     class Auto(PipeParser):
         name = "auto"
 
-    with pytest.raises(ValueError, match="reserved"):
+    with pytest.raises(ConfigurationError, match="reserved"):
         register_tool_parser(Auto)
