@@ -46,11 +46,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-CLIENTS = ("slime-strands", "strands-sglang", "null")
+CLIENTS = ("slime-strands", "strands-sglang", "null", "null-ours")
+SYSTEM_PROMPT = "You are a research agent. Use the lookup tool, then answer with Answer: \\boxed{}."
 MAX_NEW_TOKENS = 512
 CONTEXT_LENGTH = 10_000_000
 _KEEP_ALIVE_S = 5.0
@@ -315,6 +316,8 @@ class Result:
     peak_rss_per_trajectory_mb: float = 0.0
     max_stall_ms: float = 0.0
     max_gc_pause_ms: float = 0.0
+    gc_s: float = 0.0
+    """Time in garbage collection during the run (every collection, in any thread)."""
 
 
 class _LoopStalls:
@@ -351,14 +354,21 @@ class _LoopStalls:
         self._gc_total += pause
         self.max_gc_s = max(self.max_gc_s, pause)
 
+    @property
+    def gc_s(self) -> float:
+        return self._gc_total
+
 
 class _TurnMeter:
-    """Loop-thread CPU of one agent, cut into turns at every model call (turn k = call k up to call k+1)."""
+    """Loop-thread CPU of one agent, cut into turns at every model call (turn k = call k up to call k+1).
 
-    def __init__(self) -> None:
+    A Strands hook provider (``BeforeModelCallEvent``): it finds the agent's model on the event, so agents
+    built by slime-strands' own code (``run_episode``) are metered like the others."""
+
+    def __init__(self, adapter: _Adapter) -> None:
+        self.adapter = adapter
+        self.model: Any = None
         self.cpu_s = 0.0
-        self.trajectory_length: Callable[[], int] = lambda: 0
-        self.own_time: Callable[[], float] = lambda: 0.0
         # (loop seconds, trajectory tokens when the turn started, the model's own seconds)
         self.turns: list[tuple[float, int, float]] = []
         self._started = False
@@ -366,19 +376,26 @@ class _TurnMeter:
         self._own_mark = 0.0
         self._length = 0
 
-    def turn_started(self, *_: Any) -> None:
+    def register_hooks(self, registry: Any, **_: Any) -> None:
+        from strands.hooks import BeforeModelCallEvent
+
+        registry.add_callback(BeforeModelCallEvent, self.turn_started)
+
+    def turn_started(self, event: Any) -> None:
+        self.model = event.agent.model
         if self._started:
             self._close_turn()
         self._started = True
-        self._length = self.trajectory_length()
+        self._length = self.adapter.length(self.model)
 
     def _close_turn(self) -> None:
-        own = self.own_time()
+        own = self.adapter.own_time(self.model)
         self.turns.append((self.cpu_s - self._mark, self._length, own - self._own_mark))
         self._mark, self._own_mark = self.cpu_s, own
 
     def finished(self) -> None:
-        self._close_turn()
+        if self._started:
+            self._close_turn()
 
 
 class _Metered(Coroutine[Any, Any, Any]):
@@ -420,15 +437,34 @@ def _words(topic: str, count: int) -> str:
 
 
 class _Adapter:
-    """What differs between the clients: building a model, its trajectory, and checking it."""
+    """What differs between the clients: building and running an agent, its trajectory, and checking it.
+
+    slime-strands' agents are built and run by ``run_episode`` (what slime's ``generate`` and
+    ``slime-strands eval`` run: the same model, agent, hooks and Strands tracer users get); strands-sglang's
+    as its README shows (a ``strands.Agent`` around its ``SGLangModel``). ``null`` is a Strands ``Agent``
+    built that way around a model that does nothing; ``null-ours`` the same model in an agent built by
+    slime-strands' ``build_agent``: Strands' own cost per turn in each build, reported apart.
+    """
 
     def __init__(self, cell: Cell, tokenizer: Any) -> None:
         self.cell, self.tokenizer = cell, tokenizer
         if cell.client == "slime-strands":
             from slime_strands import SGLangClient
+            from slime_strands.settings import PluginSettings
 
             self.client: Any = SGLangClient(
                 cell.base_url, max_connections=max(cell.agents, 16), max_retries=5
+            )
+            # generate's defaults, except: no cap on tool turns or calls (a 100k-token trajectory takes ~240
+            # turns) and no cut of long tool outputs (the 1 MB output is encoded whole, as strands-sglang does)
+            self.settings = PluginSettings(
+                system_prompt=SYSTEM_PROMPT,
+                tools=(),
+                tool_parser="hermes",
+                max_tool_iters=None,
+                max_calls_per_turn=None,
+                max_tool_output_tokens=10**9,
+                max_retries=5,
             )
         elif cell.client == "strands-sglang":
             import strands_sglang
@@ -439,17 +475,40 @@ class _Adapter:
         else:
             self.client = None
 
-    def model(self, index: int) -> Any:
+    async def run(self, index: int, tools: list[Any], meter: _TurnMeter) -> Any:
+        """Run one agent to its end; returns what :meth:`check` reads."""
+        prompt = f"Research question {index}: gather records, then answer."
         if self.cell.client == "slime-strands":
-            from slime_strands import SGLangModel
+            from slime_strands.episode import EpisodeSpec, run_episode
 
-            return SGLangModel(
-                tokenizer=self.tokenizer,
-                client=self.client,
-                tool_parser="hermes",
-                params={"max_new_tokens": MAX_NEW_TOKENS},
+            spec = EpisodeSpec(
+                prompt=prompt,
+                sampling_params={"max_new_tokens": MAX_NEW_TOKENS},
                 routing_key=f"agent-{index}",
             )
+            return await run_episode(
+                self.tokenizer, self.client, self.settings, spec, tools=tools, hooks=[meter]
+            )
+        model = self.model()
+        if self.cell.client == "null-ours":
+            from slime_strands.episode import build_agent
+
+            agent = build_agent(model, tools=tools, hooks=[meter], system_prompt=SYSTEM_PROMPT)
+        else:
+            from strands import Agent
+            from strands.agent.conversation_manager import NullConversationManager
+
+            agent = Agent(
+                model=model,
+                tools=tools,
+                hooks=[meter],
+                system_prompt=SYSTEM_PROMPT,
+                callback_handler=None,
+                conversation_manager=NullConversationManager(),
+            )
+        return model, await agent.invoke_async(prompt)
+
+    def model(self) -> Any:
         if self.cell.client == "strands-sglang":
             import strands_sglang
 
@@ -461,14 +520,27 @@ class _Adapter:
             )
         return _null_model(self.cell.null_turns)
 
-    def trajectory(self, model: Any) -> tuple[list[int], list[int], list[Any]]:
+    def check(self, outcome: Any) -> tuple[int, str | None]:
+        """(trajectory tokens, the problem with the run or None)."""
         if self.cell.client == "slime-strands":
-            tm = model.token_manager
-            return tm.token_ids, tm.loss_mask, tm.logprobs
-        if self.cell.client == "strands-sglang":
-            rollout = model.rollout
-            return rollout.token_ids, rollout.loss_mask, rollout.logprobs
-        return [0] * model.turns, [1] * model.turns, [0.0] * model.turns
+            tm = outcome.trajectory
+            ids, mask, logprobs = tm.token_ids, tm.loss_mask, tm.logprobs
+            ended = outcome.termination.value == "end_turn" and "boxed{42}" in (outcome.response or "")
+            why = f"ended {outcome.termination.value}: {outcome.error}"
+        else:
+            model, answer = outcome
+            if self.cell.client == "strands-sglang":
+                rollout = model.rollout
+                ids, mask, logprobs = rollout.token_ids, rollout.loss_mask, rollout.logprobs
+            else:
+                ids, mask, logprobs = [0] * model.turns, [1] * model.turns, [0.0] * model.turns
+            ended = str(answer.stop_reason) == "end_turn" and "boxed{42}" in str(answer)
+            why = f"did not end on the final answer: {answer.stop_reason}"
+        if not ended:
+            return len(ids), why
+        if not (len(ids) == len(mask) == len(logprobs)) or not any(mask):
+            return len(ids), "inconsistent trajectory"
+        return len(ids), None
 
     def own_time(self, model: Any) -> float:
         """Seconds of the model's own work so far (only slime-strands' SGLangModel keeps this figure)."""
@@ -479,7 +551,7 @@ class _Adapter:
             return len(model.token_manager)
         if self.cell.client == "strands-sglang":
             return len(model.rollout)
-        return model.turns
+        return int(model.turns)
 
 
 def _null_model(turns: int) -> Any:
@@ -537,9 +609,7 @@ def _rss_bytes() -> int:
 
 
 async def _run_cell(cell: Cell) -> Result:
-    from strands import Agent, tool
-    from strands.agent.conversation_manager import NullConversationManager
-    from strands.hooks import BeforeModelCallEvent
+    from strands import tool
     from transformers import AutoTokenizer
 
     large = {"left": 0, "text": _words("large", 150_000) if cell.large_outputs else ""}  # ~1 MB
@@ -561,26 +631,12 @@ async def _run_cell(cell: Cell) -> Result:
     adapter = _Adapter(cell, tokenizer)
     result = Result(cell)
 
-    async def episode(index: int, meter: _TurnMeter) -> tuple[Any, Any]:
-        model = adapter.model(index)
-        meter.trajectory_length = lambda: adapter.length(model)
-        meter.own_time = lambda: adapter.own_time(model)
-        agent = Agent(
-            model=model,
-            tools=[lookup],
-            system_prompt="You are a research agent. Use the lookup tool, then answer with Answer: \\boxed{}.",
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
-        )
-        agent.add_hook(meter.turn_started, BeforeModelCallEvent)
-        answer = await agent.invoke_async(f"Research question {index}: gather records, then answer.")
-        meter.finished()
-        return model, answer
-
-    async def metered(index: int, meters: list[_TurnMeter]) -> tuple[Any, Any]:
-        meter = _TurnMeter()
+    async def metered(index: int, meters: list[_TurnMeter]) -> Any:
+        meter = _TurnMeter(adapter)
         meters.append(meter)
-        return await asyncio.ensure_future(_Metered(episode(index, meter), meter))
+        outcome = await asyncio.ensure_future(_Metered(adapter.run(index, [lookup], meter), meter))
+        meter.finished()
+        return outcome
 
     # warm-up: imports, template probe caches, the connection pool, lazily built client state
     _set_target(cell.base_url, 1000)
@@ -618,17 +674,11 @@ async def _run_cell(cell: Cell) -> Result:
             result.errors += 1
             result.error_samples.append(repr(outcome)[:300])
             continue
-        model, answer = outcome
-        ids, mask, logprobs = adapter.trajectory(model)
-        problem = None
-        if str(answer.stop_reason) != "end_turn" or "boxed{42}" not in str(answer):
-            problem = f"did not end on the final answer: {answer.stop_reason}"
-        elif not (len(ids) == len(mask) == len(logprobs)) or not any(mask):
-            problem = "inconsistent trajectory"
+        length, problem = adapter.check(outcome)
         if problem:
             result.errors += 1
-            result.error_samples.append(problem)
-        lengths.append(len(ids))
+            result.error_samples.append(problem[:300])
+        lengths.append(length)
     for meter in meters:
         result.turns += len(meter.turns)
         result.turn_cpu_ms += [cpu * 1e3 for cpu, _, _ in meter.turns]
@@ -641,6 +691,7 @@ async def _run_cell(cell: Cell) -> Result:
     result.peak_rss_per_trajectory_mb = (peak - rss_before) / max(1, cell.agents) / 2**20
     result.max_stall_ms = stalls.max_s * 1e3
     result.max_gc_pause_ms = stalls.max_gc_s * 1e3
+    result.gc_s = stalls.gc_s
     return result
 
 
@@ -724,9 +775,10 @@ def available_clients(requested: list[str]) -> list[str]:
 def format_table(rows: list[tuple[Scenario, dict[str, Result]]], command: str) -> str:
     header = (
         "| scenario | client | turns | tokens/traj | CPU ms/turn median | p99 | total | turns/s | "
-        "RSS MB/traj | max stall ms | max GC pause ms | errors | CPU vs strands-sglang | turns/s vs strands-sglang |"
+        "RSS MB/traj | max stall ms | GC ms/turn | max GC pause ms | errors | CPU vs strands-sglang | "
+        "turns/s vs strands-sglang |"
     )
-    lines = [f"`{command}`", "", header, "|" + "---|" * 14]
+    lines = [f"`{command}`", "", header, "|" + "---|" * 15]
     for scenario, results in rows:
         theirs = results.get("strands-sglang")
         for client, r in results.items():
@@ -741,7 +793,8 @@ def format_table(rows: list[tuple[Scenario, dict[str, Result]]], command: str) -
             lines.append(
                 f"| {scenario.name} | {client} | {r.turns} | {r.tokens_per_trajectory:,.0f} | {median:.2f} | "
                 f"{_p99(r.turn_cpu_ms):.2f} | {total:.2f} | {rate:,.0f} | {r.peak_rss_per_trajectory_mb:.2f} | "
-                f"{r.max_stall_ms:.1f} | {r.max_gc_pause_ms:.0f} | {r.errors} | {cpu_ratio} | {rate_ratio} |"
+                f"{r.max_stall_ms:.1f} | {r.gc_s * 1e3 / max(r.turns, 1):.2f} | {r.max_gc_pause_ms:.0f} | "
+                f"{r.errors} | {cpu_ratio} | {rate_ratio} |"
             )
     lines.append("")
     lines += _flatness(rows)
@@ -757,12 +810,12 @@ def _flatness(rows: list[tuple[Scenario, dict[str, Result]]]) -> list[str]:
         for client, r in results.items():
             if r.end_turn_cpu_ms:
                 own = statistics.median(r.end_turn_own_ms) if any(r.end_turn_own_ms) else 0.0
-                tokens = scenario.target_tokens if client == "null" else r.tokens_per_trajectory
+                tokens = scenario.target_tokens if client.startswith("null") else r.tokens_per_trajectory
                 points.setdefault(client, []).append((tokens, statistics.median(r.end_turn_cpu_ms), own))
     out = []
     for client, figures in points.items():
         figures.sort()
-        kind = "-token trajectories' turns (Strands alone)" if client == "null" else " tokens"
+        kind = "-token trajectories' turns (Strands alone)" if client.startswith("null") else " tokens"
         text = ", ".join(f"{n:,.0f}{kind}: {ms:.2f} ms" for n, ms, _ in figures)
         line = f"{client}: loop time per turn at the end of the trajectory: {text}"
         if len(figures) >= 2 and figures[0][1] > 0:
@@ -809,7 +862,7 @@ def main() -> None:
             results: dict[str, Result] = {}
             for client in clients:
                 null_turns = 0
-                if client == "null":
+                if client.startswith("null"):
                     reference = next((r for r in results.values() if r.turns), None)
                     null_turns = round(reference.turns / scenario.agents) if reference else 5
                 cell = Cell(

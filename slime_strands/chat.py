@@ -28,11 +28,14 @@ import functools
 import itertools
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from .errors import ConfigurationError
+from .token_codec import TokenCodec
 
 __all__ = ["ChatRenderer", "TemplateError", "to_template_messages", "to_template_tools", "tool_result_text"]
 
@@ -159,7 +162,57 @@ class TemplateFacts:
     """Whether the template renders several calls in one turn (None: not probed). Llama 3.2's refuses."""
 
 
-_FACTS: dict[tuple[Any, ...], TemplateFacts] = {}
+_SHAPES_PER_TEMPLATE = 1024
+"""Continuation shapes kept per template (a shape includes the system prompt and tools: bounded, LRU)."""
+_SLOT = "\t\n <{}{}\ue000&\"'\\\u00e9\u4e2d/>" + "slot text 0123456789 ,.;:!?-\n" * 40 + "\n\t "
+"""A placeholder body: whitespace at both ends (caught if a template strips it), markup, quotes and a backslash
+(escaped or JSON-encoded), non-ASCII (ASCII-escaped), and over 1k characters (cut to a length, or dropped
+above one). A template that changes it in any way, or drops it, is rendered with jinja for that shape."""
+_BODY_KEYS = frozenset({"role", "content", "tool_call_id"})
+
+Shape = tuple[Any, ...]
+_Pieces = tuple[tuple[str, ...], tuple[int, ...]]
+"""A shape's rendering: its fixed pieces, and which slot (see ``_slots``) goes between each two."""
+
+
+class _Continuations:
+    """Continuation renderings of one template, by shape: the template's text around the message bodies.
+
+    A shape is what the rendering may depend on besides the bodies: system prompt, tools, and per new message
+    its role, whether its content is empty and whether it carries a ``tool_call_id``. Its pieces are found
+    once, by rendering the shape with two sets of placeholder bodies, and kept only if both give the same
+    pieces and the pieces joined with the real bodies give exactly the real rendering; otherwise the shape is
+    marked (None) and always rendered with jinja.
+    """
+
+    def __init__(self) -> None:
+        self._pieces: OrderedDict[Shape, _Pieces | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, shape: Shape) -> _Pieces | bool | None:
+        """The shape's pieces, None for a jinja-only shape, False when it was never rendered."""
+        with self._lock:
+            pieces = self._pieces.get(shape, False)
+            if pieces is not False:
+                self._pieces.move_to_end(shape)
+            return pieces
+
+    def put(self, shape: Shape, pieces: _Pieces | None) -> None:
+        with self._lock:
+            self._pieces[shape] = pieces
+            while len(self._pieces) > _SHAPES_PER_TEMPLATE:
+                self._pieces.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class _TemplateState:
+    """What is found once per (tokenizer, template, template kwargs): facts and continuation shapes."""
+
+    facts: TemplateFacts
+    continuations: _Continuations
+
+
+_TEMPLATES: dict[tuple[Any, ...], _TemplateState] = {}
 
 
 class ChatRenderer:
@@ -192,14 +245,16 @@ class ChatRenderer:
             repr(sorted(self.template_kwargs.items())),
             probe,
         )
-        facts = _FACTS.get(key)
-        if facts is None:
+        self._codec = TokenCodec.of(tokenizer)
+        self._tools_key: tuple[Any, str] | None = None
+        state = _TEMPLATES.get(key)
+        if state is None:
             self.facts = self._detect()
             if probe:
                 self.facts = replace(self.facts, parallel_calls=self.probe())
-            _FACTS[key] = self.facts
-        else:
-            self.facts = facts
+            state = _TEMPLATES[key] = _TemplateState(self.facts, _Continuations())
+        self.facts = state.facts
+        self._continuations = state.continuations
 
     @property
     def stop_tokens(self) -> tuple[str, ...]:
@@ -289,16 +344,115 @@ class ChatRenderer:
 
         Tool output is written by the policy's code: text such as ``<|im_end|><|im_start|>assistant`` in it
         must not become control tokens that forge turns. Bodies holding special-token text are encoded with
-        ``split_special_tokens``; the template's own markup keeps its special tokens. Decoding the ids always
+        the literal encoder; the template's own markup keeps its special tokens. Decoding the ids always
         gives the rendered text.
+
+        The template runs once per shape of the new messages (see ``_Continuations``); afterwards a
+        continuation is its cached pieces joined with the bodies, with exactly the text and ids jinja gives.
         """
-        text = self.render_continuation(new_messages, system=system, tools=tools)
-        ids = self._encode_bodies_literally(new_messages, text, system, tools)
+        if not new_messages:
+            raise TemplateError("nothing to render: no new messages after the assistant turn")
+        cached = self._cached_segments(new_messages, system, tools)
+        if cached is None:
+            text = self.render_continuation(new_messages, system=system, tools=tools)
+            ids = self._encode_bodies_literally(new_messages, text, system, tools)
+        else:
+            segments, risky = cached
+            text = "".join(segments)
+            ids = self._encode_segments(segments, risky, text)
         if after is not None and ids and ids[0] == after:
             lead = self.decode(ids[:1])
             if text.startswith(lead):
                 return text[len(lead) :], ids[1:]
         return text, ids
+
+    def _cached_segments(
+        self,
+        new_messages: Sequence[Mapping[str, Any]],
+        system: str | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> tuple[list[str], set[int]] | None:
+        """The continuation as [piece, body, piece, ..., piece] from the shape's cached pieces, and the
+        indexes of the bodies to encode literally; None when this shape is rendered with jinja."""
+        slots = _slots(new_messages)
+        if slots is None:
+            return None
+        control = self._control_tokens
+        if any(key == "tool_call_id" and any(t in value for t in control) for key, value in slots):
+            return None
+        kinds = tuple(
+            (m.get("role"), not m.get("content"), "tool_call_id" in m, repr(m.get("tool_call_id") and 1))
+            for m in new_messages
+        )
+        shape = (system, self._key_of_tools(tools), kinds)
+        cached = self._continuations.get(shape)
+        if cached is False:
+            cached = self._render_shape(new_messages, slots, system, tools)
+            self._continuations.put(shape, cached)
+        if cached is None or cached is True:
+            return None
+        pieces, order = cached
+        segments, risky = [pieces[0]], set()
+        for slot, piece in zip(order, pieces[1:], strict=True):
+            key, value = slots[slot]
+            if key == "content" and any(t in value for t in control):
+                risky.add(len(segments))
+            segments += (value, piece)
+        return segments, risky
+
+    def _render_shape(
+        self,
+        new_messages: Sequence[Mapping[str, Any]],
+        slots: Sequence[tuple[str, str]],
+        system: str | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> _Pieces | None:
+        """The pieces of a new shape, or None when the template does not keep the bodies verbatim."""
+        found = []
+        for placeholder_set in ("A", "B"):
+            placeholders = [_SLOT.format(placeholder_set, i) for i in range(len(slots))]
+            values = iter(placeholders)
+            masked = [
+                {k: next(values) if (k, v) in _slot_items(m) else v for k, v in m.items()}
+                for m in new_messages
+            ]
+            found.append(
+                _split_on(self.render_continuation(masked, system=system, tools=tools), placeholders, slots)
+            )
+        real = self.render_continuation(new_messages, system=system, tools=tools)
+        if found[0] is None or found[0] != found[1] or _join(found[0], slots) != real:
+            logger.debug(
+                "a continuation shape is rendered with jinja: the template does not keep bodies verbatim"
+            )
+            return None
+        return found[0]
+
+    def _key_of_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> str:
+        """A key for the tools (the same list object as last time reuses its key: no JSON per turn)."""
+        if not tools:
+            return ""
+        memo = self._tools_key
+        if memo is not None and memo[0] is tools:
+            return memo[1]
+        key = json.dumps(tools, sort_keys=True, default=str)
+        self._tools_key = (tools, key)
+        return key
+
+    def _encode_segments(self, segments: Sequence[str], literal: set[int], text: str) -> list[int]:
+        """Ids of ``segments`` joined: those at ``literal`` indexes encoded literally, each run of the others
+        encoded together (with no literal segment: the ids of the whole text, as jinja's path gives)."""
+        if not literal:
+            return self.encode(text)
+        ids: list[int] = []
+        run: list[str] = []
+        for i, segment in enumerate(segments):
+            if i in literal:
+                ids += self.encode("".join(run)) + self.encode_literal(segment)
+                run = []
+            else:
+                run.append(segment)
+        ids += self.encode("".join(run))
+        return ids if self.decode(ids) == text else self._plain(text)
 
     def _encode_bodies_literally(
         self,
@@ -307,6 +461,8 @@ class ChatRenderer:
         system: str | None,
         tools: Sequence[Mapping[str, Any]] | None,
     ) -> list[int]:
+        """The jinja path of :meth:`encode_continuation`: the markup around risky bodies from a masked
+        rendering, each body from the real one (a template that trims or escapes bodies is encoded exactly)."""
         risky = [
             i
             for i, m in enumerate(new_messages)
@@ -317,8 +473,6 @@ class ChatRenderer:
         masked = [
             {**m, "content": _LITERAL.format(i)} if i in risky else m for i, m in enumerate(new_messages)
         ]
-        # The masked rendering gives the template's markup around each body; the body itself is taken from
-        # the real rendering (so a template that trims or JSON-escapes bodies is still encoded exactly).
         rest = self.render_continuation(masked, system=system, tools=tools)
         markup: list[str] = []
         for i in risky:
@@ -327,7 +481,7 @@ class ChatRenderer:
                 return self._plain(text)
             markup.append(before)
         markup.append(rest)
-        ids: list[int] = []
+        segments: list[str] = []
         pos = 0
         for k, piece in enumerate(markup[:-1]):
             if not text.startswith(piece, pos):
@@ -337,10 +491,10 @@ class ChatRenderer:
             end = len(text) - len(markup[-1]) if last else text.find(markup[k + 1], pos)
             if end < pos:
                 return self._plain(text)
-            ids += self.encode(piece) + self.encode_literal(text[pos:end])
+            segments += (piece, text[pos:end])
             pos = end
-        ids += self.encode(markup[-1])
-        return ids if self.decode(ids) == text else self._plain(text)
+        segments.append(markup[-1])
+        return self._encode_segments(segments, set(range(1, len(segments), 2)), text)
 
     def _plain(self, text: str) -> list[int]:
         logger.warning("chat template alters message bodies: tool output encoded with special tokens")
@@ -351,25 +505,21 @@ class ChatRenderer:
         """Special tokens (turn markers, EOS) that plain text must never turn into."""
         return tuple(t for t in self.special_tokens if t)
 
-    @functools.cached_property
+    @property
     def special_tokens(self) -> list[str]:
         """Every special / added token, longest first."""
-        added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
-        tokens = {t.content for t in added.values() if getattr(t, "special", False)}
-        tokens |= set(getattr(self.tokenizer, "all_special_tokens", []))
-        tokens |= set(getattr(self.tokenizer, "get_added_vocab", dict)().keys())
-        return sorted((t for t in tokens if t), key=len, reverse=True)
+        return self._codec.special_tokens
 
     def encode_literal(self, text: str) -> list[int]:
         """Token ids of untrusted text: special-token strings in it are split into ordinary tokens."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))
+        return self._codec.encode_literal(text)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of already-templated text (special tokens in the text are recognised, none added)."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return self._codec.encode(text)
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=False))
+        return self._codec.decode(token_ids)
 
     def without_stop_token(self, output_ids: Sequence[int]) -> list[int]:
         """A turn's ``output_ids`` without the stop token that ended it (if it ended on one)."""
@@ -590,3 +740,51 @@ def _json_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(function.get("arguments"), str):
         function["arguments"] = json.dumps(function.get("arguments") or {}, ensure_ascii=False)
     return {**call, "function": function}
+
+
+def _slot_items(message: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A message's substitutable fields, in order: its content and its ``tool_call_id`` when not empty."""
+    return [
+        (k, message[k]) for k in ("content", "tool_call_id") if isinstance(message.get(k), str) and message[k]
+    ]
+
+
+def _slots(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]] | None:
+    """Every substitutable field of ``messages``, or None when a message has anything else to render."""
+    slots = []
+    for message in messages:
+        call_id = message.get("tool_call_id")
+        if (
+            not _BODY_KEYS.issuperset(message)
+            or not isinstance(message.get("content"), str)
+            or not (call_id is None or isinstance(call_id, str))
+        ):
+            return None
+        slots += _slot_items(message)
+    return slots
+
+
+def _split_on(text: str, placeholders: Sequence[str], slots: Sequence[tuple[str, str]]) -> _Pieces | None:
+    """``text`` cut at the placeholders, in the order it shows them: every content placeholder exactly once,
+    a ``tool_call_id`` one once or not at all (templates that do not show ids); None otherwise."""
+    at = []
+    for i, (placeholder, (key, _)) in enumerate(zip(placeholders, slots, strict=True)):
+        count = text.count(placeholder)
+        if count > 1 or (count == 0 and key == "content"):
+            return None
+        if count:
+            at.append((text.index(placeholder), i))
+    at.sort()
+    pieces, pos = [], 0
+    for start, i in at:
+        if start < pos:
+            return None
+        pieces.append(text[pos:start])
+        pos = start + len(placeholders[i])
+    pieces.append(text[pos:])
+    return tuple(pieces), tuple(i for _, i in at)
+
+
+def _join(cached: _Pieces, slots: Sequence[tuple[str, str]]) -> str:
+    pieces, order = cached
+    return pieces[0] + "".join(slots[i][1] + piece for i, piece in zip(order, pieces[1:], strict=True))

@@ -44,8 +44,9 @@ from .runtime import import_tools
 from .segments import SEGMENTS_KEY, EpisodeSegments
 from .settings import PluginSettings
 from .token_manager import TokenManager
+from .tracing import use_recording_only_tracer
 
-__all__ = ["EpisodeSpec", "run_agent", "run_episode"]
+__all__ = ["EpisodeSpec", "build_agent", "run_agent", "run_episode"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,18 +81,20 @@ async def run_episode(
     *,
     tools: Sequence[Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    hooks: Sequence[HookProvider] = (),
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
     ``should_stop()`` (slime's abort flag) is checked between turns and before tools; when it holds, an
-    ``abort`` answer from the server ends the episode ABORTED instead of being retried."""
+    ``abort`` answer from the server ends the episode ABORTED instead of being retried. ``hooks`` are added to
+    the agent after slime-strands' own (observers: metrics, benchmarks)."""
     started = time.perf_counter()
     if tools is None:
         tools = import_tools(settings)
     if should_stop is not None and should_stop():
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
     try:
-        episode = _build(tokenizer, client, settings, spec, tools, should_stop)
+        episode = _build(tokenizer, client, settings, spec, tools, should_stop, hooks)
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only
@@ -124,6 +127,7 @@ def _build(
     spec: EpisodeSpec,
     tools: Sequence[Any],
     should_stop: Callable[[], bool] | None,
+    hooks: Sequence[HookProvider],
 ) -> _Episode:
     system_prompt, history, prompt = _split_prompt(spec.prompt, settings.system_prompt)
     template_kwargs: dict[str, Any] = {}
@@ -159,16 +163,40 @@ def _build(
             pinned=len(history) + 1,  # the sample's prompt messages: the task is never compacted away
             should_stop=should_stop,
         )
-    agent = Agent(
-        model=model,
-        tools=list(tools),
-        hooks=[h for h in (limiter, guard, tool_stats) if h is not None],
+    agent = build_agent(
+        model,
+        tools=tools,
+        hooks=[*(h for h in (limiter, guard, tool_stats) if h is not None), *hooks],
         system_prompt=system_prompt,
-        messages=history,  # type: ignore[arg-type]  # plain dicts in Strands' Message shape
-        callback_handler=None,
+        messages=history,
         conversation_manager=manager,
     )
     return _Episode(model, agent, prompt, limiter, guard, tool_stats, segments)
+
+
+def build_agent(
+    model: Any,
+    *,
+    tools: Sequence[Any],
+    hooks: Sequence[HookProvider] = (),
+    system_prompt: str | None = None,
+    messages: Sequence[Mapping[str, Any]] | None = None,
+    conversation_manager: Any = None,
+) -> Agent:
+    """A Strands ``Agent`` as slime-strands runs one (episodes, sub-agents, ``slime-strands eval``): no
+    callback handler, ``NullConversationManager`` unless given one, and Strands' tracer building its message
+    payloads only for spans that record them (``slime_strands.tracing``: the same spans and events whenever
+    OpenTelemetry records)."""
+    use_recording_only_tracer()
+    return Agent(
+        model=model,
+        tools=list(tools),
+        hooks=list(hooks),
+        system_prompt=system_prompt,
+        messages=list(messages or []),  # type: ignore[arg-type]  # plain dicts in Strands' Message shape
+        callback_handler=None,
+        conversation_manager=conversation_manager or NullConversationManager(),
+    )
 
 
 def _split_prompt(prompt: Any, default_system: str) -> tuple[str | None, list[dict[str, Any]], Any]:

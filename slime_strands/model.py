@@ -192,6 +192,7 @@ class SGLangModel(Model):
         self.update_config(params=dict(params if params is not None else sampling_params or {}), **config)
         self.token_manager = TokenManager()
         self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._tools_of: tuple[Any, list[dict[str, Any]] | None, ToolSchemas] | None = None
         self.reset()
 
     # -- Strands Model API ----------------------------------------------------------------------
@@ -293,8 +294,7 @@ class SGLangModel(Model):
             system_prompt = "".join(b.get("text", "") for b in kwargs["system_prompt_content"]) or None
         entered = time.perf_counter()
         self._hook_agent((invocation_state or {}).get("agent"))
-        tools = to_template_tools(tool_specs)
-        schemas: ToolSchemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools or []}
+        tools, schemas = self._template_tools(tool_specs)
 
         tm = self.token_manager
         if len(tm) == 0:
@@ -363,6 +363,17 @@ class SGLangModel(Model):
             yield event
 
     # -- rendering --------------------------------------------------------------------------------
+
+    def _template_tools(
+        self, tool_specs: list[ToolSpec] | None
+    ) -> tuple[list[dict[str, Any]] | None, ToolSchemas]:
+        """The template's tool list and the parser's schemas; the same objects while the specs are equal (Strands
+        passes a fresh copy every call), so the renderer's cache keys them without serialising them again."""
+        if self._tools_of is None or self._tools_of[0] != tool_specs:
+            tools = to_template_tools(tool_specs)
+            schemas: ToolSchemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools or []}
+            self._tools_of = (tool_specs, tools, schemas)
+        return self._tools_of[1], self._tools_of[2]
 
     def _render_initial(
         self, messages: Messages, system_prompt: str | None, tools: list[dict[str, Any]] | None

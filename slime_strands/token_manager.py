@@ -3,10 +3,15 @@
 The trajectory is the training data: token ids exactly as the server saw and produced them, a loss mask
 (1 only for model-generated tokens) and the sampling logprobs (0.0 for tokens the model did not sample).
 Nothing here is ever re-tokenized or rewritten; appending costs O(new tokens).
+
+The three per-token columns are ``array`` objects, not lists: 4 + 1 + 8 bytes a token instead of a pointer
+and often an int object each, and invisible to the cyclic garbage collector (a list of 100k ints is walked
+element by element by every full collection, for every live trajectory of the process).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -65,9 +70,9 @@ class TokenManager:
 
     def reset(self) -> None:
         """Forget the trajectory (start a new episode)."""
-        self._token_ids: list[int] = []
-        self._loss_mask: list[int] = []
-        self._logprobs: list[float] = []
+        self._token_ids = array("i")  # token ids fit in a C int (SGLang sends them as int32)
+        self._loss_mask = array("b")
+        self._logprobs = array("d")  # Python floats are C doubles: exact
         self._segments: list[Segment] = []
 
     # -- appends ------------------------------------------------------------------------------
@@ -104,14 +109,16 @@ class TokenManager:
         info: TurnInfo | None,
     ) -> Segment:
         ids = tuple(map(int, token_ids))  # map in C: a 250k-token tool output is appended on the event loop
+        packed = array("i", ids)  # an id that is not a C int raises here, before anything is appended
+        sampled = None if logprobs is None else array("d", map(float, logprobs))
         segment = Segment(kind=kind, start=len(self._token_ids), token_ids=ids, info=info)
-        self._token_ids.extend(ids)
-        if logprobs is None:
-            self._loss_mask.extend([0] * len(ids))
-            self._logprobs.extend([0.0] * len(ids))
+        self._token_ids.extend(packed)
+        if sampled is None:
+            self._loss_mask.frombytes(bytes(len(ids)))
+            self._logprobs.frombytes(bytes(self._logprobs.itemsize * len(ids)))  # 0.0 is all zero bytes
         else:
-            self._loss_mask.extend([1] * len(ids))
-            self._logprobs.extend(float(lp) for lp in logprobs)
+            self._loss_mask.frombytes(b"\x01" * len(ids))
+            self._logprobs.extend(sampled)
         self._segments.append(segment)
         return segment
 
@@ -119,15 +126,15 @@ class TokenManager:
 
     @property
     def token_ids(self) -> list[int]:
-        return list(self._token_ids)
+        return self._token_ids.tolist()
 
     @property
     def loss_mask(self) -> list[int]:
-        return list(self._loss_mask)
+        return self._loss_mask.tolist()
 
     @property
     def logprobs(self) -> list[float]:
-        return list(self._logprobs)
+        return self._logprobs.tolist()
 
     @property
     def segments(self) -> list[Segment]:

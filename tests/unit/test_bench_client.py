@@ -22,6 +22,7 @@ COLUMNS = [
     "turns/s",
     "RSS MB/traj",
     "max stall ms",
+    "GC ms/turn",
     "max GC pause ms",
     "errors",
     "CPU vs strands-sglang",

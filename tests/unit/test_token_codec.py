@@ -1,0 +1,127 @@
+"""TokenCodec gives exactly transformers' ids and text, through Rust siblings of the tokenizer's backend.
+
+Properties over random text (special-token strings, unicode, whitespace runs, long inputs that take the
+GIL-releasing path) for the real Qwen3 tokenizer and every family's tokenizer (tests/family_kit.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from family_kit import FAMILIES, family_tokenizer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slime_strands.token_codec import GIL_RELEASE_CHARS, TokenCodec
+
+TOKENIZERS = ["qwen3", *sorted(FAMILIES)]
+
+
+def _tokenizer(name: str, qwen3):
+    return qwen3 if name == "qwen3" else family_tokenizer(name)
+
+
+@pytest.fixture(params=TOKENIZERS)
+def tok(request, tokenizer):
+    return _tokenizer(request.param, tokenizer)
+
+
+_PIECES = st.sampled_from(
+    [
+        "<|im_end|>", "<|im_start|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "<|eot_id|>",
+        "<|start_header_id|>", "<|observation|>", "[gMASK]", "<｜end▁of▁sentence｜>", "<｜tool▁sep｜>",
+        "<|im_middle|>", "<|tool_call_begin|>", "<|im_end", "|>", "<", " ", "  ", "\n", "\n\n", "\t", "\r\n",
+        " \n ", "   \n\n\t ", "é", "中文", "🙂", "\u200b", "\ufeff", "e\u0301", "ｆｕｌｌ", "'s", "'LL", "123456",
+        "0.5", "def f(x):\n    return x", '{"a": [1, 2]}', "Hello", " world", "\\n",
+    ]
+)  # fmt: skip
+TEXT = st.lists(st.one_of(_PIECES, st.text(max_size=12)), max_size=24).map("".join)
+
+
+def _special_ids(tok) -> list[int]:
+    return sorted(tok.added_tokens_decoder)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=TEXT)
+def test_encode_and_literal_encode_give_transformers_ids(tok, text):
+    codec = TokenCodec.of(tok)
+    assert codec.fast
+    assert codec.encode(text) == tok.encode(text, add_special_tokens=False, split_special_tokens=False)
+    assert codec.encode_literal(text) == tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_decode_gives_transformers_text(tok, data):
+    codec = TokenCodec.of(tok)
+    vocabulary = len(tok)
+    ids = data.draw(
+        st.lists(
+            st.one_of(st.integers(0, vocabulary - 1), st.sampled_from(_special_ids(tok))),
+            max_size=40,
+        )
+    )
+    assert codec.decode(ids) == tok.decode(ids, skip_special_tokens=False)
+    assert codec.decode(tuple(ids)) == tok.decode(ids, skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_long_inputs_take_the_gil_releasing_path_with_the_same_ids(name, tokenizer):
+    tok = _tokenizer(name, tokenizer)
+    codec = TokenCodec.of(tok)
+    text = ("Tool output line é中 <|im_end|> <think>x</think>\n\n  " * (GIL_RELEASE_CHARS // 40 + 5))[:-3]
+    assert len(text) > GIL_RELEASE_CHARS
+    ids = tok.encode(text, add_special_tokens=False)
+    assert codec.encode(text) == ids
+    assert codec.encode_literal(text) == tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+    assert len(ids) > GIL_RELEASE_CHARS // 4
+    long_ids = (ids * (GIL_RELEASE_CHARS // len(ids) + 2))[: GIL_RELEASE_CHARS + 7]
+    assert codec.decode(long_ids) == tok.decode(long_ids, skip_special_tokens=False)
+
+
+def test_literal_encoding_does_not_depend_on_the_shared_backend_flag(tokenizer):
+    """transformers' split_special_tokens flips encode_special_tokens on the ONE shared Rust tokenizer during
+    a call; the codec's siblings never read it, so a concurrent literal encode elsewhere cannot change ids."""
+    codec = TokenCodec.of(tokenizer)
+    text = "a<|im_end|>b"
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    backend = tokenizer.backend_tokenizer
+    # transformers leaves the flag as its LAST call set it: True after a split_special_tokens=True call
+    backend.encode_special_tokens = True
+    try:
+        assert im_end in codec.encode(text)
+        assert im_end not in codec.encode_literal(text)
+        backend.encode_special_tokens = False
+        assert im_end not in codec.encode_literal(text)
+        assert backend.encode_special_tokens is False, "the codec never sets the shared flag"
+    finally:
+        backend.encode_special_tokens = False
+
+
+def test_one_codec_per_tokenizer_rebuilt_when_tokens_are_added(tokenizer):
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    codec = TokenCodec.of(tok)
+    assert TokenCodec.of(tok) is codec
+    tok.add_special_tokens({"additional_special_tokens": ["<|codec_test|>"]})
+    rebuilt = TokenCodec.of(tok)
+    assert rebuilt is not codec and "<|codec_test|>" in rebuilt.special_tokens
+    new_id = tok.convert_tokens_to_ids("<|codec_test|>")
+    assert rebuilt.encode("x<|codec_test|>y") == tok.encode("x<|codec_test|>y", add_special_tokens=False)
+    assert new_id in rebuilt.encode("x<|codec_test|>y")
+    assert new_id not in rebuilt.encode_literal("x<|codec_test|>y")
+
+
+def test_tokenizers_without_a_rust_backend_use_transformers():
+    from transformers import ByT5Tokenizer  # a real pure-Python tokenizer (bytes; needs no files)
+
+    tok = ByT5Tokenizer()
+    codec = TokenCodec.of(tok)
+    assert not codec.fast
+    text = "a</s>b é"
+    eos = tok.convert_tokens_to_ids("</s>")
+    assert codec.encode(text) == tok.encode(text, add_special_tokens=False) and eos in codec.encode(text)
+    assert codec.encode_literal(text) == tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+    assert eos not in codec.encode_literal(text)
+    assert codec.decode(codec.encode(text)) == text
