@@ -857,7 +857,9 @@ def main() -> None:
         assert server.stdout is not None
         base_url = f"http://127.0.0.1:{int(server.stdout.readline())}"
         for scenario in scenarios(
-            ns.quick, [int(n) for n in ns.agents.split(",")], [int(n) for n in ns.lengths.split(",")]
+            ns.quick,
+            [int(n) for n in ns.agents.split(",") if n],
+            [int(n) for n in ns.lengths.split(",") if n],
         ):
             results: dict[str, Result] = {}
             for client in clients:
