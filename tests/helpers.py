@@ -25,6 +25,17 @@ from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_trajectory_invariants
 
 END_OF_TURN = "<|im_end|>"
+# One tool in OpenAI's function format (what chat templates take), for rendering tests.
+TEMPLATE_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add.",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        },
+    }
+]
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import TEMPLATE_TOOLS as TOOLS
 from helpers import call_text, with_generation_prompt
 
 from slime_strands import SGLangModel
@@ -14,16 +15,6 @@ from slime_strands.chat import (
     tool_result_text,
 )
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-        },
-    }
-]
 MARK = "Assistant content 5d1e."
 CALL = {"type": "function", "function": {"name": "add", "arguments": {"a": 1}}}
 

@@ -8,21 +8,12 @@ import copy
 
 import pytest
 from family_kit import FAMILIES, family_tokenizer
+from helpers import TEMPLATE_TOOLS as TOOLS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slime_strands.chat import ChatRenderer
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-        },
-    }
-]
 # Shapes whose template alters the bodies: Llama 3.2's template JSON-encodes tool results and trims user turns.
 JINJA_ONLY = {"llama3": {"tool", "user"}}
 
