@@ -459,6 +459,9 @@ class Zygote:
         run = self.runs.pop(pid)
         duration = time.monotonic() - run["start"]
         if run["uid"] is not None:
+            if killed:  # a run stopped just after its fork may not have switched to its uid yet: kill(-1) as
+                with contextlib.suppress(ProcessLookupError):  # that uid would miss it, and waitpid hang
+                    os.kill(pid, signal.SIGKILL)
             self._reap_uid(run["uid"])
         else:
             with contextlib.suppress(ProcessLookupError, PermissionError):

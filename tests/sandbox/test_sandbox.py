@@ -486,6 +486,31 @@ async def test_a_cancelled_run_is_killed_and_frees_its_slot(sandbox):
         await box.aclose()
 
 
+async def test_a_cancel_is_never_lost_whichever_step_it_lands_on(sandbox):
+    """A cancel takes effect at every step of a run (starting, sending, waiting), on both sides. Host:
+    Python 3.10 / 3.11's ``asyncio.wait_for`` returns normally, dropping the cancel, when what it waited
+    for completed just before (the request just sent): the caller waited for the run's whole timeout.
+    Interpreter: a run killed just after its fork, before it switched to its uid, survived the uid's
+    ``kill(-1)`` and the interpreter hung waiting for it. Steps are counted in event-loop turns, not
+    time, so this does not depend on the machine's speed or load."""
+    box = Sandbox(dataclasses.replace(sandbox.settings, concurrency=1, timeout_s=600, prewarm=False))
+    try:
+        await start_or_skip(box)
+        for turns in range(12):
+            run = asyncio.create_task(box.run("import time\ntime.sleep(600)"))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            run.cancel()
+            await _wait_for(run.done, f"the run cancelled after {turns} loop turns returns")
+            assert run.cancelled(), (turns, run.result())
+            # One slot and one uid: the next run can only come back if the cancelled one was stopped.
+            after = asyncio.create_task(box.run(f"print({turns})"))
+            await _wait_for(after.done, f"a run after the one cancelled after {turns} loop turns")
+            assert after.result().stdout == f"{turns}\n", after.result()
+    finally:
+        await box.aclose()
+
+
 async def test_hung_interpreter_is_replaced(short_sandbox, monkeypatch):
     # A stopped interpreter never answers: the host gives up 1 s before the run's timeout would end.
     monkeypatch.setattr(_sandbox, "_HOST_GRACE_S", -1.0)
