@@ -19,6 +19,8 @@ import sys
 import weakref
 from typing import Any
 
+from ._aio import within
+
 logger = logging.getLogger(__name__)
 
 _WORKER_MEMORY_BYTES = 4 << 30
@@ -41,7 +43,7 @@ class _Worker:
         )
         worker = cls(proc)
         try:
-            ready = await asyncio.wait_for(worker._read(), _STARTUP_TIMEOUT_S)
+            ready = await within(worker._read(), _STARTUP_TIMEOUT_S)
         except BaseException:
             worker.kill()
             raise
@@ -61,7 +63,7 @@ class _Worker:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"pred": pred, "gold": gold}).encode() + b"\n")
         await self.proc.stdin.drain()
-        answer = await asyncio.wait_for(self._read(), timeout_s)
+        answer = await within(self._read(), timeout_s)
         return bool(answer.get("ok"))
 
     @property
@@ -88,7 +90,7 @@ class _Pool:
             except BaseException:
                 worker.kill()
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(worker.proc.wait(), 5)
+                    await within(worker.proc.wait(), 5)
                 raise
             self._idle.append(worker)
             return result

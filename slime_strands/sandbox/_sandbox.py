@@ -26,9 +26,10 @@ import shutil
 import sys
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
 
+from .._aio import within
 from ..errors import ConfigurationError, SlimeStrandsError
 from ..settings import SandboxSettings
 from ._backends import ISOLATING, SYSTEM_DIRS, command, python_paths, sandbox_env
@@ -43,27 +44,6 @@ _HOST_GRACE_S = 10.0  # beyond the run's own timeout before the interpreter coun
 _BYTES_PER_CHAR = 4
 _PROBE = "print(6 * 7)"
 _MAX_PER_LOOP = 4  # sandboxes (warm interpreters) kept per event loop; the least recently used closes
-
-_T = TypeVar("_T")
-
-
-async def _within(awaitable: Awaitable[_T], timeout_s: float) -> _T:
-    """``asyncio.wait_for`` that never loses a cancel (raises ``asyncio.TimeoutError`` past ``timeout_s``).
-
-    On Python 3.10 and 3.11 ``wait_for`` returns normally when it is cancelled just after what it waits for
-    completed: the cancel is dropped. slime aborting a rollout in that instant would leave its task running
-    and its run holding a slot and a uid until the run's own timeout. ``asyncio.wait`` always raises the
-    cancel; what we waited for is cancelled with us, or at the timeout."""
-    task = asyncio.ensure_future(awaitable)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=timeout_s)
-    except BaseException:
-        task.cancel()
-        raise
-    if not done:
-        task.cancel()
-        raise asyncio.TimeoutError
-    return task.result()
 
 
 def _mapped_ids(path: str) -> list[tuple[int, int]]:
@@ -177,7 +157,7 @@ class _Interpreter:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(json.dumps(config).encode() + b"\n")
             await proc.stdin.drain()
-            line = await _within(proc.stdout.readline(), _START_TIMEOUT_S)
+            line = await within(proc.stdout.readline(), _START_TIMEOUT_S)
             ready = json.loads(line) if line else {}
             if not ready.get("ready"):
                 raise _StartFailed("the interpreter did not start")
@@ -254,8 +234,8 @@ class _Interpreter:
         patience = settings.timeout_s + _HOST_GRACE_S
         try:
             self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-            await _within(self.proc.stdin.drain(), patience)  # a hung interpreter stops reading
-            return await _within(future, patience)
+            await within(self.proc.stdin.drain(), patience)  # a hung interpreter stops reading
+            return await within(future, patience)
         except asyncio.CancelledError:  # the caller gave up (e.g. slime aborted the rollout): stop the run
             with contextlib.suppress(OSError, RuntimeError):
                 self.proc.stdin.write(json.dumps({"cancel": rid}).encode() + b"\n")
@@ -279,11 +259,11 @@ class _Interpreter:
                 with contextlib.suppress(ProcessLookupError):
                     stop()
             with contextlib.suppress(asyncio.TimeoutError):
-                await _within(self.proc.wait(), 2)
+                await within(self.proc.wait(), 2)
                 break
         if self.drain is not None:  # the process is gone: its stderr ends promptly
             with contextlib.suppress(BaseException):
-                await _within(self.drain, 1)
+                await within(self.drain, 1)
         for task in (self.reader, self.drain):
             if task is not None:
                 task.cancel()
