@@ -458,10 +458,10 @@ class Zygote:
     def _finish(self, pid, status=None, killed=False):
         run = self.runs.pop(pid)
         duration = time.monotonic() - run["start"]
+        if killed:  # a run stopped just after its fork may not have its uid or process group yet: kill(-1)
+            with contextlib.suppress(ProcessLookupError):  # as that uid or killpg would miss it, waitpid hang
+                os.kill(pid, signal.SIGKILL)
         if run["uid"] is not None:
-            if killed:  # a run stopped just after its fork may not have switched to its uid yet: kill(-1) as
-                with contextlib.suppress(ProcessLookupError):  # that uid would miss it, and waitpid hang
-                    os.kill(pid, signal.SIGKILL)
             self._reap_uid(run["uid"])
         else:
             with contextlib.suppress(ProcessLookupError, PermissionError):
