@@ -196,6 +196,9 @@ def test_interrupted_eval_stops_cleanly_and_resumes(server, data, tmp_path, caps
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell's background job inherits SIGINT ignored, and Python then never installs its Ctrl-C handler
+        # (a test run launched with `&` hung here): the child gets the terminal's default, as a user's would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 90  # a safety net for a hung process, not a speed requirement
