@@ -523,7 +523,13 @@ class _Adapter:
     def check(self, outcome: Any) -> tuple[int, str | None]:
         """(trajectory tokens, the problem with the run or None)."""
         if self.cell.client == "slime-strands":
+            from slime_strands.testing.invariants import assert_trajectory_invariants
+
             tm = outcome.trajectory
+            try:  # after the timed run: segments, mask and logprobs agree (the request log is the server's)
+                assert_trajectory_invariants(tm)
+            except AssertionError as exc:
+                return len(tm), f"trajectory invariant broken: {exc}"
             ids, mask, logprobs = tm.token_ids, tm.loss_mask, tm.logprobs
             ended = outcome.termination.value == "end_turn" and "boxed{42}" in (outcome.response or "")
             why = f"ended {outcome.termination.value}: {outcome.error}"
