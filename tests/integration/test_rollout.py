@@ -29,7 +29,7 @@ from slime_strands import metrics, reward, rollout
 from slime_strands.client import SGLangClient
 from slime_strands.record import Termination
 from slime_strands.testing import Fault, SGLangTestServer, Turn
-from slime_strands.testing.invariants import assert_sample_matches_server
+from slime_strands.testing.invariants import assert_sample_invariants, assert_sample_matches_server
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -250,6 +250,7 @@ async def test_a_bug_writing_the_sample_fails_the_sample_not_the_step(server, mo
     assert out is sample and len(server.generate_requests) == 1
     assert out.status == Sample.Status.FAILED and out.remove_sample and out.reward == 0.0
     assert out.loss_mask == [0] and record(out).error == "RuntimeError: a bug in the appender"
+    assert_sample_invariants(out)
 
 
 async def test_503_burst_then_recovery(server):
