@@ -31,6 +31,7 @@ from strands.types.exceptions import ContextWindowOverflowException, MaxTokensRe
 from .client import SGLangClient, SGLangError
 from .compaction import ContextCompactor
 from .errors import ConfigurationError
+from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
 from .model import (
     INVALID_TOOL_NAME,
@@ -186,14 +187,15 @@ def build_agent(
     """A Strands ``Agent`` as slime-strands runs one (episodes, sub-agents, ``slime-strands eval``): no
     callback handler, ``NullConversationManager`` unless given one, and Strands' tracer building its message
     payloads only for spans that record them (``slime_strands.tracing``: the same spans and events whenever
-    OpenTelemetry records)."""
+    OpenTelemetry records), and the history an :class:`AgentHistory` (Strands deep-copies it twice a model
+    call: in C instead of Python)."""
     use_recording_only_tracer()
     return Agent(
         model=model,
         tools=list(tools),
         hooks=list(hooks),
         system_prompt=system_prompt,
-        messages=list(messages or []),  # type: ignore[arg-type]  # plain dicts in Strands' Message shape
+        messages=AgentHistory(messages or []),
         callback_handler=None,
         conversation_manager=conversation_manager or NullConversationManager(),
     )
