@@ -18,9 +18,10 @@ normalizer, pre-tokenizer and decoder (no copy: built in microseconds) and carry
   object for the duration of a call, a race with every concurrent encode in the tokenizer pool; a sibling of
   its own has the flag set once, forever.
 
-Inputs above :data:`GIL_RELEASE_CHARS` go through ``encode_batch`` / ``decode_batch``, which release the GIL
-while Rust works (``encode`` holds it: 0.7 s for a 1 MB tool output, a stall for every other agent when it
-runs in a worker thread). Slow (pure Python) tokenizers, and fast ones whose siblings do not reproduce their
+Encoding goes through ``encode_batch_fast`` (no character offsets, which nothing here reads) where the
+tokenizers library has it. Otherwise, and for decoding, inputs above :data:`GIL_RELEASE_CHARS` go through
+``encode_batch`` / ``decode_batch``, which release the GIL while Rust works (``encode`` holds it: 0.7 s for
+a 1 MB tool output, a stall for every other agent when it runs in a worker thread). Slow (pure Python) tokenizers, and fast ones whose siblings do not reproduce their
 added-token ids, use transformers' own calls.
 """
 
@@ -103,10 +104,15 @@ class TokenCodec:
 
 
 def _encode(rust: Any, text: str) -> list[int]:
-    if len(text) > GIL_RELEASE_CHARS:
-        ids: list[int] = rust.encode_batch([text], add_special_tokens=False)[0].ids
-        return ids
-    ids = rust.encode(text, add_special_tokens=False).ids
+    # encode_batch_fast (tokenizers >= 0.21) skips the character offsets nobody here reads: the same ids for
+    # ~25% less CPU at a tool output's size, and it releases the GIL at every size.
+    fast = getattr(rust, "encode_batch_fast", None)
+    if fast is not None:
+        ids: list[int] = fast([text], add_special_tokens=False)[0].ids
+    elif len(text) > GIL_RELEASE_CHARS:
+        ids = rust.encode_batch([text], add_special_tokens=False)[0].ids
+    else:
+        ids = rust.encode(text, add_special_tokens=False).ids
     return ids
 
 

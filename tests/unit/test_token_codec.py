@@ -11,7 +11,7 @@ from family_kit import FAMILIES, family_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slime_strands.token_codec import GIL_RELEASE_CHARS, TokenCodec
+from slime_strands.token_codec import GIL_RELEASE_CHARS, TokenCodec, _encode
 
 TOKENIZERS = ["qwen3", *sorted(FAMILIES)]
 
@@ -77,6 +77,26 @@ def test_long_inputs_take_the_gil_releasing_path_with_the_same_ids(name, tokeniz
     assert len(ids) > GIL_RELEASE_CHARS // 4
     long_ids = (ids * (GIL_RELEASE_CHARS // len(ids) + 2))[: GIL_RELEASE_CHARS + 7]
     assert codec.decode(long_ids) == tok.decode(long_ids, skip_special_tokens=False)
+
+
+class _WithoutFastBatch:
+    """A Rust tokenizer as tokenizers < 0.21 has it: no ``encode_batch_fast``."""
+
+    def __init__(self, rust) -> None:
+        self.encode, self.encode_batch = rust.encode, rust.encode_batch
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_tokenizers_without_encode_batch_fast_give_the_same_ids(name, tokenizer):
+    tok = _tokenizer(name, tokenizer)
+    codec = TokenCodec.of(tok)
+    if codec._plain is None:
+        pytest.skip("no Rust sibling for this tokenizer: it encodes through transformers")
+    short = "Tool output é中 <|im_end|> <think>x</think>\n\n  42 apples"
+    for text in (short, short * (GIL_RELEASE_CHARS // len(short) + 2)):
+        for rust in (codec._plain, codec._literal):
+            assert _encode(_WithoutFastBatch(rust), text) == _encode(rust, text)
+        assert _encode(codec._plain, text) == tok.encode(text, add_special_tokens=False)
 
 
 def test_literal_encoding_does_not_depend_on_the_shared_backend_flag(tokenizer):
