@@ -24,6 +24,7 @@ the HTTP request excluded), the figure for "our per-turn cost is flat in traject
 
     python benchmarks/bench_client.py            # full run (~15 min on 2 cores); add --json FILE to keep figures
     python benchmarks/bench_client.py --quick    # smoke run (seconds)
+    python benchmarks/bench_client.py --repeat 3 # each cell 3 times, clients in turn: median runs, ratio ranges
 
 strands-sglang 0.6.2 runs side by side when it is importable (it needs Python 3.12):
     ~/.pyenv/versions/3.12.1/bin/python -m venv .venv/py312 && .venv/py312/bin/pip install -e '.[test]' strands-sglang==0.6.2
@@ -46,7 +47,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -777,42 +778,66 @@ def available_clients(requested: list[str]) -> list[str]:
     return out
 
 
-def format_table(rows: list[tuple[Scenario, dict[str, Result]]], command: str) -> str:
+def _cpu_per_turn(r: Result) -> float:
+    return r.process_cpu_s * 1e3 / r.turns if r.turns else float("nan")
+
+
+def _turns_per_s(r: Result) -> float:
+    return r.turns / r.wall_s if r.wall_s else 0.0
+
+
+def _median_run(runs: list[Result]) -> Result:
+    """The run with the median CPU per turn (the upper one of an even count): the figures the table shows."""
+    return sorted(runs, key=_cpu_per_turn)[len(runs) // 2]
+
+
+def _ratio(ours: list[Result], theirs: list[Result], figure: Callable[[Result], float]) -> str:
+    """ours / theirs, repetition by repetition (each pair ran back to back): the median, and the range."""
+    ratios = sorted(
+        figure(a) / figure(b) for a, b in zip(ours, theirs, strict=True) if a.turns and b.turns and figure(b)
+    )
+    if not ratios:
+        return "-"
+    text = f"{statistics.median(ratios):.2f}x"
+    return text if len(ratios) == 1 else f"{text} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
+def format_table(rows: list[tuple[Scenario, dict[str, list[Result]]]], command: str) -> str:
     header = (
         "| scenario | client | turns | tokens/traj | CPU ms/turn median | p99 | total | turns/s | "
         "RSS MB/traj | max stall ms | GC ms/turn | max GC pause ms | errors | CPU vs strands-sglang | "
         "turns/s vs strands-sglang |"
     )
     lines = [f"`{command}`", "", header, "|" + "---|" * 15]
-    for scenario, results in rows:
-        theirs = results.get("strands-sglang")
-        for client, r in results.items():
-            total = r.process_cpu_s * 1e3 / r.turns if r.turns else float("nan")
-            rate = r.turns / r.wall_s if r.wall_s else 0.0
+    for scenario, runs in rows:
+        theirs = runs.get("strands-sglang")
+        for client, client_runs in runs.items():
+            r = _median_run(client_runs)
+            total, rate = _cpu_per_turn(r), _turns_per_s(r)
             median = statistics.median(r.turn_cpu_ms) if r.turn_cpu_ms else float("nan")
             cpu_ratio = rate_ratio = "-"
-            if theirs is not None and client == "slime-strands" and theirs.turns and r.turns:
-                their_total = theirs.process_cpu_s * 1e3 / theirs.turns
-                cpu_ratio = f"{total / their_total:.2f}x"
-                rate_ratio = f"{rate / (theirs.turns / theirs.wall_s):.2f}x"
+            if theirs is not None and client == "slime-strands":
+                cpu_ratio = _ratio(client_runs, theirs, _cpu_per_turn)
+                rate_ratio = _ratio(client_runs, theirs, _turns_per_s)
             lines.append(
                 f"| {scenario.name} | {client} | {r.turns} | {r.tokens_per_trajectory:,.0f} | {median:.2f} | "
                 f"{_p99(r.turn_cpu_ms):.2f} | {total:.2f} | {rate:,.0f} | {r.peak_rss_per_trajectory_mb:.2f} | "
                 f"{r.max_stall_ms:.1f} | {r.gc_s * 1e3 / max(r.turns, 1):.2f} | {r.max_gc_pause_ms:.0f} | "
-                f"{r.errors} | {cpu_ratio} | {rate_ratio} |"
+                f"{sum(run.errors for run in client_runs)} | {cpu_ratio} | {rate_ratio} |"
             )
     lines.append("")
     lines += _flatness(rows)
     return "\n".join(lines)
 
 
-def _flatness(rows: list[tuple[Scenario, dict[str, Result]]]) -> list[str]:
+def _flatness(rows: list[tuple[Scenario, dict[str, list[Result]]]]) -> list[str]:
     """Per-turn cost at the end of each trajectory length: the whole turn, and the model's own work."""
     points: dict[str, list[tuple[float, float, float]]] = {}
-    for scenario, results in rows:
+    for scenario, runs in rows:
         if not scenario.name.endswith("k") or scenario.large_outputs:
             continue
-        for client, r in results.items():
+        for client, client_runs in runs.items():
+            r = _median_run(client_runs)
             if r.end_turn_cpu_ms:
                 own = statistics.median(r.end_turn_own_ms) if any(r.end_turn_own_ms) else 0.0
                 tokens = scenario.target_tokens if client.startswith("null") else r.tokens_per_trajectory
@@ -844,6 +869,13 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="server answers after this delay")
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per worker process, seconds")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every (scenario, client) this many times, the clients in turn: the table shows each client's "
+        "median run, and the ratios' median and range over the repetitions (errors: all runs)",
+    )
     if len(sys.argv) > 1 and sys.argv[1] == "_worker":
         _worker(sys.argv[2])
         return
@@ -857,7 +889,7 @@ def main() -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
-    rows: list[tuple[Scenario, dict[str, Result]]] = []
+    rows: list[tuple[Scenario, dict[str, list[Result]]]] = []
     try:
         assert server.stdout is not None
         base_url = f"http://127.0.0.1:{int(server.stdout.readline())}"
@@ -866,40 +898,47 @@ def main() -> None:
             [int(n) for n in ns.agents.split(",") if n],
             [int(n) for n in ns.lengths.split(",") if n],
         ):
-            results: dict[str, Result] = {}
-            for client in clients:
-                null_turns = 0
-                if client.startswith("null"):
-                    reference = next((r for r in results.values() if r.turns), None)
-                    null_turns = round(reference.turns / scenario.agents) if reference else 5
-                cell = Cell(
-                    client,
-                    scenario.name,
-                    scenario.agents,
-                    scenario.target_tokens,
-                    base_url,
-                    null_turns,
-                    scenario.large_outputs,
-                )
-                results[client] = result = _run_worker(cell, ns.timeout)
-                print(
-                    f"{scenario.name:>16} {client:>15}: {result.turns} turns in {result.wall_s:.1f} s, "
-                    f"{result.errors} errors {result.error_samples[:1]}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            rows.append((scenario, results))
+            runs: dict[str, list[Result]] = {client: [] for client in clients}
+            for _ in range(max(1, ns.repeat)):
+                for client in clients:
+                    null_turns = 0
+                    if client.startswith("null"):
+                        reference = next((r[0] for r in runs.values() if r and r[0].turns), None)
+                        null_turns = round(reference.turns / scenario.agents) if reference else 5
+                    cell = Cell(
+                        client,
+                        scenario.name,
+                        scenario.agents,
+                        scenario.target_tokens,
+                        base_url,
+                        null_turns,
+                        scenario.large_outputs,
+                    )
+                    result = _run_worker(cell, ns.timeout)
+                    runs[client].append(result)
+                    print(
+                        f"{scenario.name:>16} {client:>15}: {result.turns} turns in {result.wall_s:.1f} s, "
+                        f"{result.errors} errors {result.error_samples[:1]}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            rows.append((scenario, runs))
     finally:
         server.kill()
         server.wait()
     command = "python benchmarks/bench_client.py" + (" --quick" if ns.quick else "")
+    command += f" --repeat {ns.repeat}" if ns.repeat > 1 else ""
     print(format_table(rows, command))
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(
                 [
-                    {"scenario": asdict(s), "results": {c: asdict(r) for c, r in res.items()}}
-                    for s, res in rows
+                    {
+                        "scenario": asdict(s),
+                        "results": {c: asdict(_median_run(r)) for c, r in runs.items()},
+                        "runs": {c: [asdict(one) for one in r] for c, r in runs.items()},
+                    }
+                    for s, runs in rows
                 ],
                 f,
             )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from conftest import qwen3_tokenizer_path
@@ -67,3 +69,51 @@ def test_quick_benchmark_prints_the_full_table_without_errors(tmp_path):
         for client, result in scenario["results"].items():
             assert result["errors"] == 0, (client, result["error_samples"])
             assert result["turns"] >= scenario["scenario"]["agents"] * 2  # a tool call, then the answer
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location(
+        "bench_client", os.path.join(ROOT, "benchmarks", "bench_client.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_client"] = module  # dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_repeated_runs_show_each_clients_median_run_and_the_ratio_range():
+    bench = _bench_module()
+    scenario = bench.Scenario("4 agents, 1k", 4, 1000)
+
+    def run(client: str, cpu_s: float, wall_s: float, errors: int = 0) -> Any:
+        cell = bench.Cell(client, scenario.name, 4, 1000, "http://127.0.0.1:1")
+        return bench.Result(
+            cell, turns=100, errors=errors, wall_s=wall_s, process_cpu_s=cpu_s, turn_cpu_ms=[1.0]
+        )
+
+    ours = [
+        run("slime-strands", 0.30, 1.0),
+        run("slime-strands", 0.40, 1.0, errors=1),
+        run("slime-strands", 0.20, 0.5),
+    ]
+    theirs = [
+        run("strands-sglang", 0.60, 2.0),
+        run("strands-sglang", 0.40, 1.0),
+        run("strands-sglang", 0.50, 1.0),
+    ]
+    table = bench.format_table([(scenario, {"slime-strands": ours, "strands-sglang": theirs})], "cmd")
+    rows = {
+        line.split("|")[2].strip(): [c.strip() for c in line.strip("|").split("|")]
+        for line in table.splitlines()
+        if line.startswith("| 4 agents")
+    }
+    mine, peer = rows["slime-strands"], rows["strands-sglang"]
+    assert mine[COLUMNS.index("total")] == "3.00" and peer[COLUMNS.index("total")] == "5.00"  # median runs
+    # per repetition: CPU 0.5, 1.0, 0.4 -> median 0.50, range 0.40-1.00; turns/s 2.0, 1.0, 2.0
+    assert mine[COLUMNS.index("CPU vs strands-sglang")] == "0.50x (0.40-1.00)"
+    assert mine[COLUMNS.index("turns/s vs strands-sglang")] == "2.00x (1.00-2.00)"
+    assert mine[COLUMNS.index("errors")] == "1"  # every run's errors, not the median run's
+    single = bench.format_table(
+        [(scenario, {"slime-strands": ours[:1], "strands-sglang": theirs[:1]})], "cmd"
+    )
+    assert "| 0.50x | 2.00x |" in single
