@@ -23,10 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from strands import Agent, tool
-from strands.agent.conversation_manager import NullConversationManager
 from strands.types.tools import AgentTool, ToolContext
 
-from .episode import run_agent
+from .episode import build_agent, run_agent
 from .errors import ConfigurationError, SlimeStrandsError
 from .limits import StopWhen, ToolLimiter
 from .model import SGLangModel
@@ -76,13 +75,11 @@ def subagent_tool(
         limiter = ToolLimiter(max_tool_iters=max_tool_iters, max_tool_calls=max_tool_calls)
         abort = model.config["abort_expected"]
         guard = StopWhen(abort, "slime aborted the rollout") if abort is not None else None
-        agent = Agent(
-            model=model,
+        agent = build_agent(
+            model,
             tools=sub_tools,
             hooks=[h for h in (limiter, guard) if h is not None],
             system_prompt=system_prompt,
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
         )
         segments = tool_context.invocation_state.get(SEGMENTS_KEY)
         state = {SEGMENTS_KEY: segments} if isinstance(segments, EpisodeSegments) else None

@@ -9,10 +9,12 @@ import enum
 from typing import Any
 
 from helpers import Call, ModelTurn, final, make_model
-from rollout_tools import add
+from rollout_tools import add, helper
 
-from slime_strands.episode import build_agent
+from slime_strands import SGLangClient
+from slime_strands.episode import EpisodeSpec, build_agent, run_episode
 from slime_strands.history import AgentHistory
+from slime_strands.settings import PluginSettings
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_trajectory_invariants
 
@@ -125,7 +127,8 @@ def test_values_that_are_not_plain_data_get_copy_deepcopy_semantics():
     assert _Counted.copies == 1 and type(block["obj"]) is _Counted and block["obj"] is not marker
 
 
-def test_the_agents_we_build_keep_an_agent_history_through_a_real_loop(tokenizer, monkeypatch):
+def _count_copies(monkeypatch) -> list[int]:
+    """The length of every history AgentHistory deep-copies from now on."""
     copies: list[int] = []
     original = AgentHistory.__deepcopy__
 
@@ -134,6 +137,11 @@ def test_the_agents_we_build_keep_an_agent_history_through_a_real_loop(tokenizer
         return original(self, memo)
 
     monkeypatch.setattr(AgentHistory, "__deepcopy__", counted)
+    return copies
+
+
+def test_the_agents_we_build_keep_an_agent_history_through_a_real_loop(tokenizer, monkeypatch):
+    copies = _count_copies(monkeypatch)
     script = [ModelTurn(reasoning="add", calls=[Call("add", {"a": 2, "b": 3})]), final("The sum is 5.")]
     with SGLangTestServer(tokenizer) as server:
         server.script(*(turn.text() for turn in script))
@@ -146,3 +154,26 @@ def test_the_agents_we_build_keep_an_agent_history_through_a_real_loop(tokenizer
     assert [m["role"] for m in agent.messages] == ["user", "assistant", "user", "assistant"]
     # Strands' copies of the history, two per model call, all went through AgentHistory
     assert len(copies) >= 4 and copies[0] == 1 and max(copies) == 3
+
+
+def test_sub_agents_are_built_the_same_way(tokenizer, monkeypatch):
+    copies = _count_copies(monkeypatch)
+    call_helper = '<tool_call>\n{"name": "helper", "arguments": {"task": "Add 2 and 3."}}\n</tool_call>'
+    call_add = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    with SGLangTestServer(tokenizer) as server:
+        server.script(call_helper, call_add, "The sum is 5.", "Answer: \\boxed{5}")
+        record = asyncio.run(
+            run_episode(
+                tokenizer,
+                SGLangClient(server.base_url, max_retries=0),
+                PluginSettings.from_mapping({"tools": [], "collect_subagents": True}),
+                EpisodeSpec(prompt="What is 2+3?", sampling_params={"max_new_tokens": 256}),
+                tools=[add, helper],
+            )
+        )
+        for segment in record.segments:
+            assert segment.trajectory is not None
+            assert_trajectory_invariants(segment.trajectory)
+    assert record.termination.value == "end_turn" and record.subagents == 1
+    # each agent's first model call sees its one-message history, copied twice: the main agent and the helper
+    assert copies.count(1) == 4 and len(copies) == 8
