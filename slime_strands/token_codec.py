@@ -21,8 +21,8 @@ normalizer, pre-tokenizer and decoder (no copy: built in microseconds) and carry
 Encoding goes through ``encode_batch_fast`` (no character offsets, which nothing here reads) where the
 tokenizers library has it. Otherwise, and for decoding, inputs above :data:`GIL_RELEASE_CHARS` go through
 ``encode_batch`` / ``decode_batch``, which release the GIL while Rust works (``encode`` holds it: 0.7 s for
-a 1 MB tool output, a stall for every other agent when it runs in a worker thread). Slow (pure Python) tokenizers, and fast ones whose siblings do not reproduce their
-added-token ids, use transformers' own calls.
+a 1 MB tool output, a stall for every other agent when it runs in a worker thread). Slow (pure Python)
+tokenizers, and fast ones whose siblings do not reproduce their added-token ids, use transformers' own calls.
 """
 
 from __future__ import annotations
