@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import io
 import pickle
-from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["AgentHistory"]
@@ -39,9 +38,6 @@ class AgentHistory(list[Any]):
     too, so the second deep copy of the same model call is fast as well."""
 
     __slots__ = ()
-
-    def __init__(self, messages: Iterable[Any] = ()) -> None:
-        super().__init__(messages)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AgentHistory:
         buffer = io.BytesIO()

@@ -158,10 +158,14 @@ def test_the_agents_we_build_keep_an_agent_history_through_a_real_loop(tokenizer
 
 def test_sub_agents_are_built_the_same_way(tokenizer, monkeypatch):
     copies = _count_copies(monkeypatch)
-    call_helper = '<tool_call>\n{"name": "helper", "arguments": {"task": "Add 2 and 3."}}\n</tool_call>'
-    call_add = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    script = [
+        ModelTurn(reasoning="ask", calls=[Call("helper", {"task": "Add 2 and 3."})]),  # the main agent
+        ModelTurn(reasoning="add", calls=[Call("add", {"a": 2, "b": 3})]),  # the helper
+        final("The sum is 5."),  # the helper's answer
+        final("Answer: \\boxed{5}"),  # the main agent's
+    ]
     with SGLangTestServer(tokenizer) as server:
-        server.script(call_helper, call_add, "The sum is 5.", "Answer: \\boxed{5}")
+        server.script(*(turn.text() for turn in script))
         record = asyncio.run(
             run_episode(
                 tokenizer,
