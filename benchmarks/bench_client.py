@@ -9,13 +9,14 @@ and prints one table of figures and ratios measured in the same run:
 
   - CPU/turn: loop-thread time attributed to each agent's turns (median, p99) and the whole process's CPU
     (every thread: tokenizer pools, HTTP, GC) divided by the turns ("total", the figure the ratios use);
-  - turns/s wall, peak RSS per trajectory (peak RSS above the warmed-up baseline / agents);
+  - turns/s wall, peak RSS per trajectory (peak RSS above the warmed-up baseline / trajectories);
   - max stall: the longest single callback on the event loop (what every other agent waited for), with
     garbage-collection pauses reported on their own (a full collection walks every live trajectory);
-  - errors: agents that raised, or ended without the final answer, or whose trajectory is inconsistent.
+  - errors: episodes that raised, or ended without the final answer, or whose trajectory is inconsistent.
 
 Scenarios: 16 agents (8k-token trajectories), 512 and 2,048 concurrent agents (3k tokens), 4 agents growing
-1k, 8k, 32k and 100k-token trajectories, and 512 agents of which 4 get a 1 MB tool output. Each client runs
+1k, 8k, 32k and 100k-token trajectories (below 16k tokens each agent runs 16k / length episodes in a row, so
+every length has turns enough at its end), and 512 agents of which 4 get a 1 MB tool output. Each client runs
 each scenario in a fresh worker process. ``null`` is a Strands Agent whose model does no work at all:
 Strands' own per-turn cost (it deep-copies ``agent.messages`` every model call), reported separately.
 Below the table, per-turn cost at the end of each trajectory length (turns in its last quarter): the whole
@@ -300,6 +301,9 @@ class Cell:
     null_turns: int = 0
     large_outputs: int = 0
     """Tool calls (the first ones of the run) that return 1 MB of text instead of 100-300 words."""
+    episodes: int = 1
+    """Episodes each agent runs one after another: short trajectories repeat, so that their per-turn figures
+    rest on as many turns as the long ones'."""
 
 
 @dataclass
@@ -638,12 +642,18 @@ async def _run_cell(cell: Cell) -> Result:
     adapter = _Adapter(cell, tokenizer)
     result = Result(cell)
 
-    async def metered(index: int, meters: list[_TurnMeter]) -> Any:
-        meter = _TurnMeter(adapter)
-        meters.append(meter)
-        outcome = await asyncio.ensure_future(_Metered(adapter.run(index, [lookup], meter), meter))
-        meter.finished()
-        return outcome
+    async def metered(index: int, meters: list[_TurnMeter], episodes: int = 1) -> list[Any]:
+        outcomes = []
+        for episode in range(episodes):
+            meter = _TurnMeter(adapter)
+            meters.append(meter)
+            run = adapter.run(index + episode * cell.agents, [lookup], meter)
+            try:
+                outcomes.append(await asyncio.ensure_future(_Metered(run, meter)))
+            except Exception as exc:  # an error of this episode; the agent's next episodes still run
+                outcomes.append(exc)
+            meter.finished()
+        return outcomes
 
     # warm-up: imports, template probe caches, the connection pool, lazily built client state
     _set_target(cell.base_url, 1000)
@@ -668,13 +678,14 @@ async def _run_cell(cell: Cell) -> Result:
     sampler = asyncio.create_task(sample_rss())
     meters: list[_TurnMeter] = []
     cpu_before, wall_before = time.process_time(), time.perf_counter()
-    outcomes = await asyncio.gather(*(metered(i, meters) for i in range(cell.agents)), return_exceptions=True)
+    per_agent = await asyncio.gather(*(metered(i, meters, cell.episodes) for i in range(cell.agents)))
     result.wall_s = time.perf_counter() - wall_before
     result.process_cpu_s = time.process_time() - cpu_before
     peak = max(peak, _rss_bytes())
     done.set()
     await sampler
 
+    outcomes = [outcome for agent in per_agent for outcome in agent]
     lengths = []
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
@@ -695,7 +706,8 @@ async def _run_cell(cell: Cell) -> Result:
             result.end_turn_cpu_ms += [cpu * 1e3 for cpu, _ in end]
             result.end_turn_own_ms += [own * 1e3 for _, own in end]
     result.tokens_per_trajectory = statistics.fmean(lengths) if lengths else 0.0
-    result.peak_rss_per_trajectory_mb = (peak - rss_before) / max(1, cell.agents) / 2**20
+    # every trajectory is kept until checked: the peak holds all of them
+    result.peak_rss_per_trajectory_mb = (peak - rss_before) / max(1, cell.agents * cell.episodes) / 2**20
     result.max_stall_ms = stalls.max_s * 1e3
     result.max_gc_pause_ms = stalls.max_gc_s * 1e3
     result.gc_s = stalls.gc_s
@@ -732,18 +744,21 @@ class Scenario:
     agents: int
     target_tokens: int
     large_outputs: int = 0
+    episodes: int = 1
 
 
 def scenarios(quick: bool, agents: list[int], lengths: list[int]) -> list[Scenario]:
     if quick:
         return [  # each client runs each scenario in a fresh process: few scenarios, few agents
-            Scenario("2 agents, 1k", 2, 1000),
+            Scenario("2 agents, 1k", 2, 1000, episodes=2),
             Scenario("2 agents, 3k", 2, 3000),
             Scenario("2 agents, 1 x 1 MB tool output", 2, 1500, large_outputs=1),
         ]
     # 16 agents run ~20 turns each (8k tokens); 512 and 2,048 agents ~7 turns (3k tokens)
     out = [Scenario(f"{n} agents", n, 8000 if n <= 64 else 3000) for n in agents]
-    out += [Scenario(f"4 agents, {n // 1000}k", 4, n) for n in lengths]
+    # 4 agents per length; below 16k tokens each agent runs several episodes in a row (16 at 1k tokens: 64
+    # trajectories, not 4), so the short trajectories' end-of-trajectory turns are not a handful
+    out += [Scenario(f"4 agents, {n // 1000}k", 4, n, episodes=max(1, 16_000 // n)) for n in lengths]
     out.append(Scenario("512 agents, 4 x 1 MB tool output", 512, 3000, large_outputs=4))
     return out
 
@@ -763,7 +778,7 @@ def _run_worker(cell: Cell, timeout_s: float) -> Result:
             data = json.loads(line[len("RESULT ") :])
             data["cell"] = Cell(**data["cell"])
             return Result(**data)
-    failed = Result(cell, errors=cell.agents)
+    failed = Result(cell, errors=cell.agents * cell.episodes)
     failed.error_samples = [(proc.stderr or proc.stdout)[-2000:]]
     return failed
 
@@ -904,7 +919,8 @@ def main() -> None:
                     null_turns = 0
                     if client.startswith("null"):
                         reference = next((r[0] for r in runs.values() if r and r[0].turns), None)
-                        null_turns = round(reference.turns / scenario.agents) if reference else 5
+                        episodes = scenario.agents * scenario.episodes
+                        null_turns = round(reference.turns / episodes) if reference else 5
                     cell = Cell(
                         client,
                         scenario.name,
@@ -913,6 +929,7 @@ def main() -> None:
                         base_url,
                         null_turns,
                         scenario.large_outputs,
+                        scenario.episodes,
                     )
                     result = _run_worker(cell, ns.timeout)
                     runs[client].append(result)
