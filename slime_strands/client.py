@@ -168,10 +168,19 @@ def _ids_text(token_ids: Sequence[int] | TokenIdsJSON) -> bytes | bytearray:
         return token_ids._text
     # In chunks: one join over 250k ids holds the GIL for ~30 ms, which stalls the event loop even when this
     # runs in a worker thread; between chunks the interpreter can hand the GIL back.
-    return b",".join(
-        ",".join(map(str, token_ids[i : i + _IDS_CHUNK])).encode()
-        for i in range(0, len(token_ids), _IDS_CHUNK)
-    )
+    return b",".join(_ids_chunk(token_ids[i : i + _IDS_CHUNK]) for i in range(0, len(token_ids), _IDS_CHUNK))
+
+
+_IDS_ENCODER = json.JSONEncoder(separators=(",", ":"))
+"""json's C encoder: a list of ids in ~40% of the time of ``",".join(map(str, ids))``."""
+
+
+def _ids_chunk(token_ids: Sequence[int]) -> bytes:
+    ids = token_ids if isinstance(token_ids, (list, tuple)) else list(token_ids)
+    try:
+        return _IDS_ENCODER.encode(ids)[1:-1].encode()
+    except TypeError:  # ints json does not know (numpy's): their str() is the JSON number
+        return ",".join(map(str, ids)).encode()
 
 
 class SGLangClient:

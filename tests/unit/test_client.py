@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+from array import array
 
 import pytest
 
@@ -15,6 +17,7 @@ from slime_strands import (
     SGLangHTTPError,
     SGLangProtocolError,
 )
+from slime_strands import client as client_module
 from slime_strands.client import SGLANG_CONTEXT_MARGIN, TokenIdsJSON
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 
@@ -84,6 +87,33 @@ async def test_serialised_trajectory_with_a_tail_is_sent_as_one_input(server, to
     assert only_tail["input_ids"] == tail and len(trajectory) == len(expected) - len(tail)
     with pytest.raises(ValueError):
         await client.generate(TokenIdsJSON(), PARAMS)
+
+
+def test_token_ids_json_is_the_json_array_of_the_ids_whatever_their_container():
+    class Id(int):  # an int subclass (an IntEnum's members are)
+        pass
+
+    big = list(range(140_000, 140_000 + 3 * client_module._IDS_CHUNK + 5))  # several chunks
+    seq = TokenIdsJSON(big)
+    seq.extend((7, 8))
+    seq.extend(array("i", [9]))
+    seq.extend(TokenIdsJSON([10]))
+    assert json.loads(seq.to_json([Id(11), 12])) == [*big, 7, 8, 9, 10, 11, 12]
+    assert json.loads(seq.to_json()) == [*big, 7, 8, 9, 10] and len(seq) == len(big) + 4
+    assert b" " not in seq.to_json()  # compact: every turn sends the whole trajectory
+    assert json.loads(TokenIdsJSON().to_json([1])) == [1] and TokenIdsJSON().to_json() == b"[]"
+    odd = TokenIdsJSON([_NotJSON(5), _NotJSON(6)])
+    assert json.loads(odd.to_json()) == [5, 6]
+
+
+class _NotJSON:
+    """An id type json cannot encode but whose str() is the number (numpy's integers)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 async def test_rid_generated_when_not_given(server, tokenizer):
