@@ -919,8 +919,8 @@ def main() -> None:
                     null_turns = 0
                     if client.startswith("null"):
                         reference = next((r[0] for r in runs.values() if r and r[0].turns), None)
-                        episodes = scenario.agents * scenario.episodes
-                        null_turns = round(reference.turns / episodes) if reference else 5
+                        trajectories = scenario.agents * scenario.episodes
+                        null_turns = round(reference.turns / trajectories) if reference else 5
                     cell = Cell(
                         client,
                         scenario.name,
