@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import time
 from collections import Counter
@@ -41,7 +40,7 @@ from .model import (
     SGLangModel,
 )
 from .record import EpisodeRecord, SegmentRecord, Termination
-from .runtime import import_tools
+from .runtime import import_tools, raise_gc_threshold
 from .segments import SEGMENTS_KEY, EpisodeSegments
 from .settings import PluginSettings
 from .token_manager import TokenManager
@@ -90,6 +89,7 @@ async def run_episode(
     ``abort`` answer from the server ends the episode ABORTED instead of being retried. ``hooks`` are added to
     the agent after slime-strands' own (observers: metrics, benchmarks)."""
     started = time.perf_counter()
+    raise_gc_threshold(settings)
     if tools is None:
         tools = import_tools(settings)
     if should_stop is not None and should_stop():
@@ -305,7 +305,7 @@ async def _summarize(
     episode: _Episode, spec: EpisodeSpec, termination: Termination, error: str | None
 ) -> EpisodeRecord:
     model = episode.model
-    segments = await _decoded(episode.segments.finish(model.token_manager, termination), model.tokenizer)
+    segments = await _decoded(episode.segments.finish(model.token_manager, termination), model)
     if not segments and termination not in (Termination.ABORTED, Termination.FAILED):
         # Nothing generated (the prompt alone fills the context): slime cannot train on an empty response.
         termination, error = Termination.FAILED, f"no token generated ({termination.value})"
@@ -341,26 +341,27 @@ async def _summarize(
     return record
 
 
-async def _decoded(segments: list[SegmentRecord], tokenizer: Any) -> list[SegmentRecord]:
+async def _decoded(segments: list[SegmentRecord], model: SGLangModel) -> list[SegmentRecord]:
     """Each segment with its decoded response and the length of its last generated turn."""
     out = []
     for segment in segments:
         assert segment.trajectory is not None
-        response, chars = await _decode_response(segment.trajectory, tokenizer)
+        response, chars = await _decode_response(segment.trajectory, model)
         out.append(dataclasses.replace(segment, response=response, final_turn_chars=chars))
     return out
 
 
-async def _decode_response(tm: TokenManager, tokenizer: Any) -> tuple[str, int | None]:
+async def _decode_response(tm: TokenManager, model: SGLangModel) -> tuple[str, int | None]:
     """The response text (special tokens kept) and the length of its last assistant turn, so rewards grade
     only the final answer (never tool output or earlier turns) without knowing the chat template."""
-    decode = functools.partial(tokenizer.decode, skip_special_tokens=False)
-    loop = asyncio.get_running_loop()
-    response = await loop.run_in_executor(None, decode, tm.token_ids[tm.prompt_length :])
+    ids = tm.token_ids
+    response = await model.decode(ids[tm.prompt_length :])
     last = next((s for s in reversed(tm.segments) if s.kind == "generated"), None)
     if last is None:
         return response, None
-    tail = await loop.run_in_executor(None, decode, tm.token_ids[last.start :])
+    # Decoded on its own, not cut out of ``response``: where the turn starts inside a multi-byte
+    # character, or a decoder treats the first token specially, the two differ and no length is given.
+    tail = await model.decode(ids[last.start :])
     return response, (len(tail) if tail and response.endswith(tail) else None)
 
 

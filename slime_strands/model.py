@@ -276,6 +276,11 @@ class SGLangModel(Model):
             ratios.append(tm.response_length / budget)
         return max(ratios)
 
+    async def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids`` (special tokens kept), exactly as the tokenizer decodes them: inline when
+        small, in the tokenizer pool when large (a 100k-token response must not stall the other agents)."""
+        return await _offload(len(token_ids), self._renderer.decode, token_ids)
+
     @property
     def parse_errors(self) -> Counter[str]:
         """Malformed tool calls of this trajectory, by kind."""

@@ -466,3 +466,5 @@ async def test_run_episode_needs_no_slime(server, tokenizer):
     assert_trajectory_invariants(result.trajectory, server, routing_key="solo")
     assert result.response.endswith("Answer: 5<|im_end|>")
     assert result.response[-result.final_turn_chars :] == "Answer: 5<|im_end|>"
+    tm = result.trajectory
+    assert result.response == tokenizer.decode(tm.token_ids[tm.prompt_length :], skip_special_tokens=False)
