@@ -19,6 +19,9 @@ Scenarios: 16 agents (8k-token trajectories), 512 and 2,048 concurrent agents (3
 every length has turns enough at its end), and 512 agents of which 4 get a 1 MB tool output. Each client runs
 each scenario in a fresh worker process. ``null`` is a Strands Agent whose model does no work at all:
 Strands' own per-turn cost (it deep-copies ``agent.messages`` every model call), reported separately.
+slime-strands' episodes raise the garbage collector's young threshold (its ``gc_young_threshold`` setting);
+``strands-sglang+gc`` is strands-sglang in a process with the same setting, and ``null-ours`` runs with it
+too: the ratios on both strands-sglang rows tell the collector's share from the code's.
 Below the table, per-turn cost at the end of each trajectory length (turns in its last quarter): the whole
 turn, and SGLangModel's own work (``stats.overhead_s``: rendering, tokenizing, parsing, events; Strands and
 the HTTP request excluded), the figure for "our per-turn cost is flat in trajectory length".
@@ -52,7 +55,10 @@ from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-CLIENTS = ("slime-strands", "strands-sglang", "null", "null-ours")
+CLIENTS = ("slime-strands", "strands-sglang", "strands-sglang+gc", "null", "null-ours")
+GC_SUFFIX = "+gc"
+"""A client named with it runs with slime-strands' garbage-collector setting (``gc_young_threshold``), which
+slime-strands' own episodes apply: the same process conditions, to tell the code's share from the GC's."""
 SYSTEM_PROMPT = "You are a research agent. Use the lookup tool, then answer with Answer: \\boxed{}."
 MAX_NEW_TOKENS = 512
 CONTEXT_LENGTH = 10_000_000
@@ -305,6 +311,11 @@ class Cell:
     """Episodes each agent runs one after another: short trajectories repeat, so that their per-turn figures
     rest on as many turns as the long ones'."""
 
+    @property
+    def kind(self) -> str:
+        """The client without :data:`GC_SUFFIX`."""
+        return self.client.removesuffix(GC_SUFFIX)
+
 
 @dataclass
 class Result:
@@ -453,7 +464,7 @@ class _Adapter:
 
     def __init__(self, cell: Cell, tokenizer: Any) -> None:
         self.cell, self.tokenizer = cell, tokenizer
-        if cell.client == "slime-strands":
+        if cell.kind == "slime-strands":
             from slime_strands import SGLangClient
             from slime_strands.settings import PluginSettings
 
@@ -471,7 +482,7 @@ class _Adapter:
                 max_tool_output_tokens=10**9,
                 max_retries=5,
             )
-        elif cell.client == "strands-sglang":
+        elif cell.kind == "strands-sglang":
             import strands_sglang
 
             self.client = strands_sglang.SGLangClient(
@@ -483,7 +494,7 @@ class _Adapter:
     async def run(self, index: int, tools: list[Any], meter: _TurnMeter) -> Any:
         """Run one agent to its end; returns what :meth:`check` reads."""
         prompt = f"Research question {index}: gather records, then answer."
-        if self.cell.client == "slime-strands":
+        if self.cell.kind == "slime-strands":
             from slime_strands.episode import EpisodeSpec, run_episode
 
             spec = EpisodeSpec(
@@ -495,7 +506,7 @@ class _Adapter:
                 self.tokenizer, self.client, self.settings, spec, tools=tools, hooks=[meter]
             )
         model = self.model()
-        if self.cell.client == "null-ours":
+        if self.cell.kind == "null-ours":
             from slime_strands.episode import build_agent
 
             agent = build_agent(model, tools=tools, hooks=[meter], system_prompt=SYSTEM_PROMPT)
@@ -514,7 +525,7 @@ class _Adapter:
         return model, await agent.invoke_async(prompt)
 
     def model(self) -> Any:
-        if self.cell.client == "strands-sglang":
+        if self.cell.kind == "strands-sglang":
             import strands_sglang
 
             return strands_sglang.SGLangModel(
@@ -527,7 +538,7 @@ class _Adapter:
 
     def check(self, outcome: Any) -> tuple[int, str | None]:
         """(trajectory tokens, the problem with the run or None)."""
-        if self.cell.client == "slime-strands":
+        if self.cell.kind == "slime-strands":
             from slime_strands.testing.invariants import assert_trajectory_invariants
 
             tm = outcome.trajectory
@@ -540,7 +551,7 @@ class _Adapter:
             why = f"ended {outcome.termination.value}: {outcome.error}"
         else:
             model, answer = outcome
-            if self.cell.client == "strands-sglang":
+            if self.cell.kind == "strands-sglang":
                 rollout = model.rollout
                 ids, mask, logprobs = rollout.token_ids, rollout.loss_mask, rollout.logprobs
             else:
@@ -555,12 +566,12 @@ class _Adapter:
 
     def own_time(self, model: Any) -> float:
         """Seconds of the model's own work so far (only slime-strands' SGLangModel keeps this figure)."""
-        return float(model.stats.overhead_s) if self.cell.client == "slime-strands" else 0.0
+        return float(model.stats.overhead_s) if self.cell.kind == "slime-strands" else 0.0
 
     def length(self, model: Any) -> int:
-        if self.cell.client == "slime-strands":
+        if self.cell.kind == "slime-strands":
             return len(model.token_manager)
-        if self.cell.client == "strands-sglang":
+        if self.cell.kind == "strands-sglang":
             return len(model.rollout)
         return int(model.turns)
 
@@ -729,6 +740,11 @@ def _set_target(base_url: str, tokens: int) -> None:
 def _worker(spec: str) -> None:
     _raise_fd_limit()
     cell = Cell(**json.loads(spec))
+    if cell.client.endswith(GC_SUFFIX) or cell.client == "null-ours":  # slime-strands' episodes apply it
+        from slime_strands.runtime import raise_gc_threshold
+        from slime_strands.settings import PluginSettings
+
+        raise_gc_threshold(PluginSettings())
     result = asyncio.run(_run_cell(cell))
     print("RESULT " + json.dumps(asdict(result)), flush=True)
 
@@ -786,8 +802,8 @@ def _run_worker(cell: Cell, timeout_s: float) -> Result:
 def available_clients(requested: list[str]) -> list[str]:
     out = []
     for name in requested:
-        if name == "strands-sglang" and importlib.util.find_spec("strands_sglang") is None:
-            print("strands-sglang is not importable here (it needs Python 3.12): its column is skipped\n")
+        if name.startswith("strands-sglang") and importlib.util.find_spec("strands_sglang") is None:
+            print(f"strands-sglang is not importable here (it needs Python 3.12): {name} is skipped\n")
             continue
         out.append(name)
     return out
@@ -818,22 +834,23 @@ def _ratio(ours: list[Result], theirs: list[Result], figure: Callable[[Result], 
 
 
 def format_table(rows: list[tuple[Scenario, dict[str, list[Result]]]], command: str) -> str:
+    """One row per (scenario, client); on each strands-sglang row, slime-strands' figures over that row's."""
     header = (
         "| scenario | client | turns | tokens/traj | CPU ms/turn median | p99 | total | turns/s | "
-        "RSS MB/traj | max stall ms | GC ms/turn | max GC pause ms | errors | CPU vs strands-sglang | "
-        "turns/s vs strands-sglang |"
+        "RSS MB/traj | max stall ms | GC ms/turn | max GC pause ms | errors | slime-strands CPU vs this | "
+        "slime-strands turns/s vs this |"
     )
     lines = [f"`{command}`", "", header, "|" + "---|" * 15]
     for scenario, runs in rows:
-        theirs = runs.get("strands-sglang")
+        ours = runs.get("slime-strands")
         for client, client_runs in runs.items():
             r = _median_run(client_runs)
             total, rate = _cpu_per_turn(r), _turns_per_s(r)
             median = statistics.median(r.turn_cpu_ms) if r.turn_cpu_ms else float("nan")
             cpu_ratio = rate_ratio = "-"
-            if theirs is not None and client == "slime-strands":
-                cpu_ratio = _ratio(client_runs, theirs, _cpu_per_turn)
-                rate_ratio = _ratio(client_runs, theirs, _turns_per_s)
+            if ours is not None and client.startswith("strands-sglang"):
+                cpu_ratio = _ratio(ours, client_runs, _cpu_per_turn)
+                rate_ratio = _ratio(ours, client_runs, _turns_per_s)
             lines.append(
                 f"| {scenario.name} | {client} | {r.turns} | {r.tokens_per_trajectory:,.0f} | {median:.2f} | "
                 f"{_p99(r.turn_cpu_ms):.2f} | {total:.2f} | {rate:,.0f} | {r.peak_rss_per_trajectory_mb:.2f} | "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import importlib
 import threading
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from .client import SGLangClient
 from .errors import ConfigurationError
 from .settings import PluginSettings
 
-__all__ = ["Runtime", "import_tools"]
+__all__ = ["Runtime", "import_tools", "raise_gc_threshold"]
 
 
 class Runtime:
@@ -133,3 +134,17 @@ def import_tools(settings: PluginSettings) -> list[Any]:
 
 def _uses_sandbox(settings: PluginSettings) -> bool:
     return any(path.startswith("slime_strands.sandbox") for path in settings.tools)
+
+
+def raise_gc_threshold(settings: PluginSettings) -> None:
+    """Raise the collector's generation-0 threshold to ``settings.gc_young_threshold`` (see its doc).
+
+    Process-wide, so it only ever raises it: a process that set a higher one, or disabled the collector,
+    keeps its choice; the older generations' thresholds are left as they are. Cheap: every episode calls it.
+    """
+    young = settings.gc_young_threshold
+    if young is None or not gc.isenabled():
+        return
+    current = gc.get_threshold()
+    if current[0] < young:
+        gc.set_threshold(young, *current[1:])

@@ -241,6 +241,11 @@ class PluginSettings:
     collect_subagents: bool = False
     """Train sub-agents run by tools built with ``slime_strands.subagents.subagent_tool``: each sub-agent's
     trajectory becomes a sibling sample of the episode (``generate`` then returns ``list[Sample]``)."""
+    gc_young_threshold: int | None = 50_000
+    """Allocations between two young garbage collections (Python's generation-0 threshold, 700 by default):
+    raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands
+    copies every conversation twice per model call, so at hundreds of agents per process the default makes
+    garbage collection over a third of the client's CPU (README, "Performance at scale")."""
 
     @property
     def fans_out(self) -> bool:
@@ -259,6 +264,8 @@ class PluginSettings:
                 f"tool_parser: unknown parser {self.tool_parser!r}; choose {AUTO!r} or one of "
                 f"{registered_tool_parsers()}"
             )
+        if self.gc_young_threshold is not None and self.gc_young_threshold <= 0:
+            raise SettingsError(f"gc_young_threshold must be > 0 or null, got {self.gc_young_threshold!r}")
         if self.server_abort_retries < 0:
             raise SettingsError(f"server_abort_retries must be >= 0, got {self.server_abort_retries!r}")
         self._check_context_management()

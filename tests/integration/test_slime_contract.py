@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 import os
 import shutil
@@ -461,7 +462,9 @@ async def test_run_episode_needs_no_slime(server, tokenizer):
     settings = PluginSettings(tools=("rollout_tools.add",), retry_delay_s=0.01)
     spec = EpisodeSpec(prompt="What is 2+3?", sampling_params={"max_new_tokens": 256}, routing_key="solo")
     server.script(CALL_ADD, "Answer: 5", key="solo")
+    gc.set_threshold(700, *gc.get_threshold()[1:])
     result = await run_episode(tokenizer, SGLangClient(server.base_url), settings, spec)
+    assert gc.get_threshold()[0] == settings.gc_young_threshold, "an episode raises the young GC threshold"
     assert result.termination is Termination.END_TURN and result.turns == 2 and result.tool_calls == 1
     assert_trajectory_invariants(result.trajectory, server, routing_key="solo")
     assert result.response.endswith("Answer: 5<|im_end|>")

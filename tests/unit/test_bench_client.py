@@ -27,8 +27,8 @@ COLUMNS = [
     "GC ms/turn",
     "max GC pause ms",
     "errors",
-    "CPU vs strands-sglang",
-    "turns/s vs strands-sglang",
+    "slime-strands CPU vs this",
+    "slime-strands turns/s vs this",
 ]
 
 
@@ -102,17 +102,23 @@ def test_repeated_runs_show_each_clients_median_run_and_the_ratio_range():
         run("strands-sglang", 0.40, 1.0),
         run("strands-sglang", 0.50, 1.0),
     ]
-    table = bench.format_table([(scenario, {"slime-strands": ours, "strands-sglang": theirs})], "cmd")
+    same_gc = [run("strands-sglang+gc", 0.30, 1.0)] * 3
+    runs = {"slime-strands": ours, "strands-sglang": theirs, "strands-sglang+gc": same_gc}
+    table = bench.format_table([(scenario, runs)], "cmd")
     rows = {
         line.split("|")[2].strip(): [c.strip() for c in line.strip("|").split("|")]
         for line in table.splitlines()
         if line.startswith("| 4 agents")
     }
-    mine, peer = rows["slime-strands"], rows["strands-sglang"]
+    mine, peer, peer_gc = rows["slime-strands"], rows["strands-sglang"], rows["strands-sglang+gc"]
     assert mine[COLUMNS.index("total")] == "3.00" and peer[COLUMNS.index("total")] == "5.00"  # median runs
     # per repetition: CPU 0.5, 1.0, 0.4 -> median 0.50, range 0.40-1.00; turns/s 2.0, 1.0, 2.0
-    assert mine[COLUMNS.index("CPU vs strands-sglang")] == "0.50x (0.40-1.00)"
-    assert mine[COLUMNS.index("turns/s vs strands-sglang")] == "2.00x (1.00-2.00)"
+    assert peer[COLUMNS.index("slime-strands CPU vs this")] == "0.50x (0.40-1.00)"
+    assert peer[COLUMNS.index("slime-strands turns/s vs this")] == "2.00x (1.00-2.00)"
+    # against the same client under slime-strands' GC setting: CPU 1.0, 1.33, 0.67; turns/s 1.0, 1.0, 2.0
+    assert peer_gc[COLUMNS.index("slime-strands CPU vs this")] == "1.00x (0.67-1.33)"
+    assert peer_gc[COLUMNS.index("slime-strands turns/s vs this")] == "1.00x (1.00-2.00)"
+    assert mine[COLUMNS.index("slime-strands CPU vs this")] == "-"
     assert mine[COLUMNS.index("errors")] == "1"  # every run's errors, not the median run's
     single = bench.format_table(
         [(scenario, {"slime-strands": ours[:1], "strands-sglang": theirs[:1]})], "cmd"

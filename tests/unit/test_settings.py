@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import types
 
 import pytest
 
 from slime_strands.errors import ConfigurationError
+from slime_strands.runtime import raise_gc_threshold
 from slime_strands.settings import PluginSettings, SandboxSettings, SettingsError, settings_from_args
 
 
@@ -51,6 +53,7 @@ def test_mapping_is_coerced_and_nested():
         ({"max_tool_iters": -1}, "max_tool_iters must be >= 0"),
         ({"reward": {"math_verify_timeout_s": 0}}, "math_verify_timeout_s must be > 0"),
         ({"tool_parser": "qwen25_xml"}, "tool_parser: unknown parser 'qwen25_xml'; choose 'auto' or one of"),
+        ({"gc_young_threshold": 0}, "gc_young_threshold must be > 0 or null, got 0"),
     ],
 )
 def test_invalid_settings_name_the_problem(data, message):
@@ -96,3 +99,26 @@ def test_what_the_settings_guard_is_checked_again_where_it_is_used():
         ContextCompactor("trim", CompactionSettings(), EpisodeSegments(collect_subagents=False), pinned=1)
     with pytest.raises(ConfigurationError, match="unknown sandbox backend 'docker'"):
         command("docker", root=False)
+
+
+@pytest.fixture
+def gc_state():
+    saved, enabled = gc.get_threshold(), gc.isenabled()
+    yield
+    gc.set_threshold(*saved)
+    (gc.enable if enabled else gc.disable)()
+
+
+def test_the_young_gc_threshold_is_raised_never_lowered(gc_state):
+    """Process-wide, so it only raises generation 0 and leaves the older generations and a disabled GC alone."""
+    gc.set_threshold(700, 10, 10)
+    raise_gc_threshold(PluginSettings.from_mapping({"gc_young_threshold": 20_000}))
+    assert gc.get_threshold() == (20_000, 10, 10)
+    raise_gc_threshold(PluginSettings.from_mapping({"gc_young_threshold": 5_000}))
+    assert gc.get_threshold() == (20_000, 10, 10), "a higher threshold (the process's own) is kept"
+    gc.set_threshold(700, 5, 3)
+    raise_gc_threshold(PluginSettings.from_mapping({"gc_young_threshold": None}))
+    assert gc.get_threshold() == (700, 5, 3)
+    gc.disable()
+    raise_gc_threshold(PluginSettings())
+    assert gc.get_threshold() == (700, 5, 3) and not gc.isenabled()
