@@ -279,7 +279,7 @@ class SGLangModel(Model):
     async def decode(self, token_ids: Sequence[int]) -> str:
         """Text of ``token_ids`` (special tokens kept), exactly as the tokenizer decodes them: inline when
         small, in the tokenizer pool when large (a 100k-token response must not stall the other agents)."""
-        return await _offload(len(token_ids), self._renderer.decode, token_ids)
+        return await _offload(len(token_ids) * 4, self._renderer.decode, token_ids)  # ~4 characters a token
 
     @property
     def parse_errors(self) -> Counter[str]:
