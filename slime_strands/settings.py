@@ -241,7 +241,7 @@ class PluginSettings:
     collect_subagents: bool = False
     """Train sub-agents run by tools built with ``slime_strands.subagents.subagent_tool``: each sub-agent's
     trajectory becomes a sibling sample of the episode (``generate`` then returns ``list[Sample]``)."""
-    gc_young_threshold: int | None = 50_000
+    gc_young_threshold: int | None = 100_000
     """Allocations between two young garbage collections (Python's generation-0 threshold, 700 by default):
     raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands
     copies every conversation twice per model call, so at hundreds of agents per process the default makes
