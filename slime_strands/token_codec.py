@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 __all__ = ["GIL_RELEASE_CHARS", "TokenCodec"]
@@ -51,7 +51,9 @@ class TokenCodec:
     _cache_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
+        # Held weakly: the codec is the value of a WeakKeyDictionary keyed by the tokenizer, and a value that
+        # referenced its key would keep every tokenizer ever used alive (~85 MB each for Qwen3).
+        self._tokenizer = _reference(tokenizer)
         self._signature = _signature(tokenizer)
         self._plain: Any = None
         self._literal: Any = None
@@ -75,6 +77,14 @@ class TokenCodec:
                 if codec is None or codec._signature != _signature(tokenizer):
                     codec = cls._cache[tokenizer] = cls(tokenizer)
         return codec
+
+    @property
+    def tokenizer(self) -> Any:
+        """The transformers tokenizer this codec encodes for (used directly where the siblings are not)."""
+        tokenizer = self._tokenizer()
+        if tokenizer is None:
+            raise ReferenceError("the tokenizer of this TokenCodec no longer exists")
+        return tokenizer
 
     @property
     def fast(self) -> bool:
@@ -114,6 +124,14 @@ def _encode(rust: Any, text: str) -> list[int]:
     else:
         ids = rust.encode(text, add_special_tokens=False).ids
     return ids
+
+
+def _reference(tokenizer: Any) -> Callable[[], Any]:
+    """A weak reference to ``tokenizer``, or a strong one when it cannot be weakly referenced."""
+    try:
+        return weakref.ref(tokenizer)
+    except TypeError:
+        return lambda: tokenizer
 
 
 def _signature(tokenizer: Any) -> tuple[int, int]:

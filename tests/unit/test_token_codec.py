@@ -145,3 +145,21 @@ def test_tokenizers_without_a_rust_backend_use_transformers():
     assert codec.encode_literal(text) == tok.encode(text, add_special_tokens=False, split_special_tokens=True)
     assert eos not in codec.encode_literal(text)
     assert codec.decode(codec.encode(text)) == text
+
+
+def test_the_codec_cache_does_not_keep_its_tokenizers_alive(tokenizer):
+    """The cache is keyed weakly by tokenizer; a codec holding its tokenizer strongly would pin every
+    tokenizer a process ever built (each test's, each eval's: ~85 MB apiece)."""
+    import copy
+    import gc
+    import weakref
+
+    tok = copy.deepcopy(tokenizer)
+    codec = TokenCodec.of(tok)
+    assert codec.tokenizer is tok and codec.encode("a<|im_end|>") == tok.encode("a<|im_end|>")
+    gone = weakref.ref(tok)
+    del tok
+    gc.collect()
+    assert gone() is None
+    with pytest.raises(ReferenceError, match="no longer exists"):
+        _ = codec.tokenizer
