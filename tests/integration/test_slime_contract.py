@@ -415,6 +415,14 @@ def test_the_pool_is_sized_by_rollout_num_engines(server):
     assert runtime_for(args).client.max_connections == 8 * 3
 
 
+async def test_runtimes_naming_one_checkpoint_share_one_tokenizer(server):
+    """A training and an eval configuration (different settings: two runtimes) load the tokenizer once."""
+    train = runtime_for(make_args(server))
+    evaluation = runtime_for(make_args(server, strands={"max_tool_iters": 2}))
+    assert train is not evaluation
+    assert await train.tokenizer() is await evaluation.tokenizer()
+
+
 # -- every turn recorded with slime's appender semantics ---------------------------------------------------
 
 
