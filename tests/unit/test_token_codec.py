@@ -163,3 +163,75 @@ def test_the_codec_cache_does_not_keep_its_tokenizers_alive(tokenizer):
     assert gone() is None
     with pytest.raises(ReferenceError, match="no longer exists"):
         _ = codec.tokenizer
+
+
+# tiktoken (tiktoken_bpe.py): the byte-level BPE families encode their per-turn inputs through it; the property
+# tests above compare every family's ids with transformers' whichever engine the codec picked.
+_TIKTOKEN_FAMILIES = {name: name != "deepseekv31" for name in TOKENIZERS}  # DeepSeek: a chain of regex splits
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_byte_level_bpe_families_encode_through_tiktoken(name, tokenizer):
+    tok = _tokenizer(name, tokenizer)
+    codec = TokenCodec.of(tok)
+    assert codec.uses_tiktoken is _TIKTOKEN_FAMILIES[name]
+    text = "Result: 42 é中 <|im_end|> <think>x</think>\n\n  "
+    assert codec.encode(text) == tok.encode(text, add_special_tokens=False)
+
+
+def test_inputs_above_the_size_bound_never_reach_tiktoken(tokenizer):
+    """tiktoken's regex overflows its stack on ~1M characters of whitespace (a Rust panic): inputs above
+    GIL_RELEASE_CHARS go to the tokenizers library, hostile ones included."""
+    codec = TokenCodec.of(tokenizer)
+    assert codec.uses_tiktoken
+    hostile = " " * 1_000_000 + "x"
+    assert codec.encode_literal(hostile) == tokenizer.encode(hostile, add_special_tokens=False)
+
+
+class PanicException(BaseException):
+    """What a Rust panic inside tiktoken raises (pyo3's PanicException is a BaseException of this name)."""
+
+
+class _FailingBPE:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def encode(self, text: str, literal: bool) -> list[int]:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [PanicException("stack overflow"), RuntimeError("regex failed")])
+def test_a_tiktoken_failure_falls_back_to_the_same_ids(tokenizer, error, caplog, monkeypatch):
+    codec = TokenCodec.of(tokenizer)
+    monkeypatch.setattr(codec, "_bpe", _FailingBPE(error))
+    text = "a<|im_end|>b é 12"
+    assert codec.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+    assert codec.encode_literal(text) == tokenizer.encode(
+        text, add_special_tokens=False, split_special_tokens=True
+    )
+    assert "tiktoken failed" in caplog.text
+
+
+def test_a_cancellation_inside_tiktoken_is_not_swallowed(tokenizer, monkeypatch):
+    codec = TokenCodec.of(tokenizer)
+    monkeypatch.setattr(codec, "_bpe", _FailingBPE(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        codec.encode("x")
+
+
+def test_tiktoken_is_refused_when_its_ids_differ_or_the_shape_is_not_reproducible(tokenizer):
+    import copy
+
+    from tokenizers import AddedToken
+
+    from slime_strands.tiktoken_bpe import TiktokenBPE
+
+    backend = tokenizer.backend_tokenizer
+    codec = TokenCodec.of(tokenizer)
+    assert TiktokenBPE.build(backend, codec._encode_with_siblings) is not None
+    assert TiktokenBPE.build(backend, lambda text, literal: [0]) is None  # disagrees with the reference
+    stripping = copy.deepcopy(tokenizer)
+    stripping.add_tokens([AddedToken("<strip>", lstrip=True)])  # lstrip eats the whitespace before it
+    assert not TokenCodec.of(stripping).uses_tiktoken
+    text = "a  <strip> b"
+    assert TokenCodec.of(stripping).encode(text) == stripping.encode(text, add_special_tokens=False)
