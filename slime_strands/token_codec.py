@@ -18,14 +18,14 @@ normalizer, pre-tokenizer and decoder (no copy: built in microseconds) and carry
   object for the duration of a call, a race with every concurrent encode in the tokenizer pool; a sibling of
   its own has the flag set once, forever.
 
-Byte-level BPE tokenizers (Qwen2/3, Llama 3, GLM, Kimi) encode inputs up to :data:`GIL_RELEASE_CHARS`
-through tiktoken (``tiktoken_bpe.py``: the same ids, ~5x faster), checked against the siblings when the
-codec is built. The siblings encode everything else through ``encode_batch_fast`` (no character offsets,
-which nothing here reads) where the tokenizers library has it. Otherwise, and for decoding, inputs above
-:data:`GIL_RELEASE_CHARS` go through ``encode_batch`` / ``decode_batch``, which release the GIL while Rust
-works (``encode`` holds it: 0.7 s for a 1 MB tool output, a stall for every other agent when it runs in a
-worker thread). Slow (pure Python) tokenizers, and fast ones whose siblings do not reproduce their
-added-token ids, use transformers' own calls.
+Byte-level BPE tokenizers (Qwen2/3 and Llama 3 among those tested) encode inputs up to
+:data:`GIL_RELEASE_CHARS` through tiktoken (``tiktoken_bpe.py``: the same ids, ~5x faster), checked against
+the siblings when the codec is built. The siblings encode everything else through ``encode_batch_fast`` (no
+character offsets, which nothing here reads) where the tokenizers library has it. Otherwise, and for
+decoding, inputs above :data:`GIL_RELEASE_CHARS` go through ``encode_batch`` / ``decode_batch``, which release
+the GIL while Rust works (``encode`` holds it: 0.7 s for a 1 MB tool output, a stall for every other agent
+when it runs in a worker thread). Slow (pure Python) tokenizers, and fast ones whose siblings do not
+reproduce their added-token ids, use transformers' own calls.
 """
 
 from __future__ import annotations
