@@ -28,7 +28,7 @@ import json
 import logging
 import re
 import unicodedata
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["TiktokenBPE"]
@@ -107,42 +107,40 @@ class TiktokenBPE:
 
     def encode(self, text: str, literal: bool) -> list[int]:
         """Ids of ``text``: added tokens' text becomes their ids (special ones only when not ``literal``)."""
-        if self._raw_tokens is None:
-            return self._encode_normalized(text, literal)
-        ids: list[int] = []
-        for piece, token_id in self._split(self._raw_tokens, text, literal):
-            if token_id is None:
-                ids += self._encode_normalized(piece, literal)
-            else:
-                ids.append(token_id)
-        return ids
+        return self._encode_around(self._raw_tokens, text, literal, self._encode_normalized)
 
     def _encode_normalized(self, text: str, literal: bool) -> list[int]:
         if self._nfc and not text.isascii():
             text = unicodedata.normalize("NFC", text)
-        if self._normalized_tokens is None:
-            return self._ordinary(text)
-        ids: list[int] = []
-        for piece, token_id in self._split(self._normalized_tokens, text, literal):
-            if token_id is None:
-                ids += self._ordinary(piece)
-            else:
-                ids.append(token_id)
-        return ids
+        return self._encode_around(self._normalized_tokens, text, literal, self._encode_ordinary)
 
-    def _split(self, tokens: re.Pattern[str], text: str, literal: bool) -> Iterator[tuple[str, int | None]]:
-        """Text pieces (id None) and added tokens, in order; a skipped special token stays in its text."""
+    def _encode_ordinary(self, text: str, literal: bool) -> list[int]:
+        return self._ordinary(text)
+
+    def _encode_around(
+        self,
+        tokens: re.Pattern[str] | None,
+        text: str,
+        literal: bool,
+        encode_piece: Callable[[str, bool], list[int]],
+    ) -> list[int]:
+        """The ids of the added ``tokens`` in ``text`` and ``encode_piece``'s of the text between them (a
+        special token skipped by a literal encode stays in its text, as in the tokenizers library)."""
+        if tokens is None:
+            return encode_piece(text, literal)
+        ids: list[int] = []
         start = 0
         for match in tokens.finditer(text):
             token_id, special = self._tokens[match.group()]
             if literal and special:
                 continue
             if match.start() > start:
-                yield text[start : match.start()], None
-            yield "", token_id
+                ids += encode_piece(text[start : match.start()], literal)
+            ids.append(token_id)
             start = match.end()
         if start < len(text):
-            yield text[start:], None
+            ids += encode_piece(text[start:], literal)
+        return ids
 
 
 def _parts(backend: Any) -> tuple[str, dict[bytes, int], bool, dict[int, Any]] | None:
@@ -215,7 +213,7 @@ def _byte_level_alphabet() -> dict[int, str]:
     return alphabet
 
 
-def _alternation(contents: Iterator[str] | Any) -> re.Pattern[str] | None:
+def _alternation(contents: Iterable[str]) -> re.Pattern[str] | None:
     """A regex matching any of ``contents``, leftmost-longest (longest first), or None for none."""
     ordered = sorted({c for c in contents if c}, key=len, reverse=True)
     return re.compile("|".join(map(re.escape, ordered))) if ordered else None
