@@ -55,13 +55,13 @@ class TiktokenBPE:
 
     def __init__(
         self,
-        encoding: Any,
+        core: Any,
         tokens: dict[str, tuple[int, bool]],
         raw_tokens: re.Pattern[str] | None,
         normalized_tokens: re.Pattern[str] | None,
         nfc: bool,
     ) -> None:
-        self._ordinary = encoding.encode_ordinary
+        self._ordinary = core.encode_ordinary
         self._tokens = tokens  # content -> (id, special)
         self._raw_tokens = raw_tokens
         self._normalized_tokens = normalized_tokens
@@ -90,8 +90,13 @@ class TiktokenBPE:
         except Exception as error:  # tiktoken refuses the pattern or the ranks
             logger.debug("tiktoken cannot build this tokenizer's encoder: %s", error)
             return None
+        # The Rust encoder itself, without the Encoding around it: that keeps a Python copy of the vocabulary
+        # (~20 MB) and replaces lone surrogates with U+FFFD, where the tokenizers library refuses the text.
+        core = getattr(encoding, "_core_bpe", None)
+        if core is None or not callable(getattr(core, "encode_ordinary", None)):
+            return None
         encoder = cls(
-            encoding,
+            core,
             tokens,
             _alternation(t.content for t in added.values() if not t.normalized),
             _alternation(t.content for t in added.values() if t.normalized),

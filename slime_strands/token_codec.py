@@ -115,6 +115,8 @@ class TokenCodec:
         if self._bpe is not None and len(text) <= GIL_RELEASE_CHARS:
             try:
                 return self._bpe.encode(text, literal)
+            except UnicodeEncodeError:  # lone surrogates: the tokenizers library raises its own error below
+                pass
             # A Rust panic in tiktoken arrives as pyo3's PanicException, a BaseException.
             except BaseException as error:
                 if isinstance(error, Exception) or type(error).__name__ == "PanicException":

@@ -235,3 +235,16 @@ def test_tiktoken_is_refused_when_its_ids_differ_or_the_shape_is_not_reproducibl
     assert not TokenCodec.of(stripping).uses_tiktoken
     text = "a  <strip> b"
     assert TokenCodec.of(stripping).encode(text) == stripping.encode(text, add_special_tokens=False)
+
+
+@pytest.mark.parametrize("literal", [False, True])
+def test_text_the_tokenizer_refuses_is_refused_the_same_way(tokenizer, literal):
+    """A lone surrogate (json.loads gives one for "\\ud800"): transformers refuses the text; tiktoken's own
+    Encoding would replace it with U+FFFD and encode something else."""
+    codec = TokenCodec.of(tokenizer)
+    assert codec.uses_tiktoken
+    text = "tool output a\ud800b"
+    with pytest.raises(Exception) as expected:
+        tokenizer.encode(text, add_special_tokens=False, split_special_tokens=literal)
+    with pytest.raises(type(expected.value)):
+        (codec.encode_literal if literal else codec.encode)(text)
