@@ -117,14 +117,14 @@ class TokenCodec:
                 return self._bpe.encode(text, literal)
             except UnicodeEncodeError:  # lone surrogates: the tokenizers library raises its own error below
                 pass
-            # A Rust panic in tiktoken arrives as pyo3's PanicException, a BaseException.
-            except BaseException as error:
-                if isinstance(error, Exception) or type(error).__name__ == "PanicException":
-                    logger.warning(
-                        "tiktoken failed on a %d-character input (%r): using tokenizers", len(text), error
-                    )
-                else:
+            except (
+                BaseException
+            ) as error:  # a Rust panic in tiktoken is pyo3's PanicException, a BaseException
+                if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
                     raise
+                logger.warning(
+                    "tiktoken failed on a %d-character input (%r): using tokenizers", len(text), error
+                )
         if self._plain is None:
             return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=literal))
         return self._encode_with_siblings(text, literal)
