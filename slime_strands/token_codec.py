@@ -117,9 +117,8 @@ class TokenCodec:
                 return self._bpe.encode(text, literal)
             except UnicodeEncodeError:  # lone surrogates: the tokenizers library raises its own error below
                 pass
-            except (
-                BaseException
-            ) as error:  # a Rust panic in tiktoken is pyo3's PanicException, a BaseException
+            # A Rust panic in tiktoken arrives as pyo3's PanicException, a BaseException.
+            except BaseException as error:
                 if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
                     raise
                 logger.warning(
