@@ -10,12 +10,13 @@ converted from tiktoken vocabularies). At 512 agents that was most of SGLangMode
 Built only for the shape it reproduces, read from the tokenizer's own serialisation: a BPE model without
 dropout, byte fallback or word affixes; an NFC (or no) normalizer; one regex ``Split`` (isolated) followed by
 a ``ByteLevel`` step that adds no prefix space and runs no regex of its own; every merge producing a token
-whose id is no smaller than the last merge's (the merge order is the vocabulary order); added tokens without ``lstrip`` / ``rstrip`` / ``single_word``.
-Added tokens are split out as the tokenizers library does (leftmost-longest, raw text first, then the
-normalized text for ``normalized`` tokens; a literal encode leaves special tokens' text as text). A tokenizer
-of another shape, or one whose ids differ from the reference on the check texts, gets ``None``: the caller
-keeps the tokenizers library. ``tests/unit/test_token_codec.py`` checks the ids against transformers' over
-random text for every family's tokenizer.
+whose id is no smaller than the last merge's (the merge order is the vocabulary order); added tokens without
+``lstrip`` / ``rstrip`` / ``single_word``. Added tokens are split out as the tokenizers library does
+(leftmost-longest, raw text first, then the normalized text for ``normalized`` tokens; a literal encode leaves
+special tokens' text as text). A tokenizer of another shape, or one whose ids differ from the reference on the
+check texts, gets ``None``: the caller keeps the tokenizers library. One encoder is built per vocabulary and
+split regex (~0.5 s, ~35 MB) and shared by the tokenizers that have them. ``tests/unit/test_token_codec.py``
+checks the ids against transformers' over random text for every family's tokenizer.
 
 tiktoken's regex engine backtracks on the ``\\s+(?!\\S)`` lookahead and overflows its stack (a Rust panic)
 somewhere between 400k and 1M characters of whitespace, so the caller uses it only below a size bound
@@ -24,12 +25,14 @@ somewhere between 400k and 1M characters of whitespace, so the caller uses it on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
 import unicodedata
+import weakref
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["TiktokenBPE"]
 
@@ -50,18 +53,30 @@ _CHECK_TEXTS = (
 )
 
 
+class _Core:
+    """tiktoken's Rust encoder of one vocabulary and split regex (~35 MB), shared by every tokenizer that has
+    them: copies of a tokenizer, and tokenizers that only add tokens to it, build none of their own."""
+
+    def __init__(self, core: Any) -> None:
+        self.encode_ordinary = core.encode_ordinary
+
+
 class TiktokenBPE:
     """``encode(text, literal)``: the ids of the tokenizer it was built from (see the module docstring)."""
 
+    _cores: ClassVar[weakref.WeakValueDictionary[tuple[bytes, str], _Core]] = weakref.WeakValueDictionary()
+    _refused: ClassVar[set[tuple[bytes, str]]] = set()
+    """Vocabularies (digest, regex) tiktoken cannot reproduce: not parsed again."""
+
     def __init__(
         self,
-        core: Any,
+        core: _Core,
         tokens: dict[str, tuple[int, bool]],
         raw_tokens: re.Pattern[str] | None,
         normalized_tokens: re.Pattern[str] | None,
         nfc: bool,
     ) -> None:
-        self._ordinary = core.encode_ordinary
+        self._core = core  # held here: the cache of cores holds them weakly
         self._tokens = tokens  # content -> (id, special)
         self._raw_tokens = raw_tokens
         self._normalized_tokens = normalized_tokens
@@ -72,29 +87,16 @@ class TiktokenBPE:
         """The encoder for ``backend`` (a ``tokenizers.Tokenizer``), or None when its shape is not
         reproducible, tiktoken is not installed, or its ids differ from ``reference`` on the check texts."""
         try:
-            import tiktoken
-        except ImportError:
-            return None
-        try:
-            parts = _parts(backend)
+            shape = _shape(backend)
+            if shape is None:
+                return None
+            pattern, nfc, added = shape
+            core = cls._shared_core(backend.model, pattern)
         except (TypeError, ValueError, KeyError, AttributeError):
-            parts = None
-        if parts is None:
             return None
-        pattern, ranks, nfc, added = parts
+        if core is None:
+            return None
         tokens = {token.content: (token_id, bool(token.special)) for token_id, token in added.items()}
-        try:
-            encoding = tiktoken.Encoding(
-                "slime-strands", pat_str=pattern, mergeable_ranks=ranks, special_tokens={}
-            )
-        except Exception as error:  # tiktoken refuses the pattern or the ranks
-            logger.debug("tiktoken cannot build this tokenizer's encoder: %s", error)
-            return None
-        # The Rust encoder itself, without the Encoding around it: that keeps a Python copy of the vocabulary
-        # (~20 MB) and replaces lone surrogates with U+FFFD, where the tokenizers library refuses the text.
-        core = getattr(encoding, "_core_bpe", None)
-        if core is None or not callable(getattr(core, "encode_ordinary", None)):
-            return None
         encoder = cls(
             core,
             tokens,
@@ -110,6 +112,21 @@ class TiktokenBPE:
                     return None
         return encoder
 
+    @classmethod
+    def _shared_core(cls, model: Any, pattern: str) -> _Core | None:
+        """The shared encoder of a BPE ``model`` (a ``tokenizers`` model) and split regex, or None."""
+        state = model.__getstate__()  # the vocabulary and merges as JSON (~5 MB for Qwen3), read once
+        key = (hashlib.blake2b(state, digest_size=16).digest(), pattern)
+        core = cls._cores.get(key)
+        if core is not None or key in cls._refused:
+            return core
+        core = _build_core(json.loads(state), pattern)
+        if core is None:
+            cls._refused.add(key)
+        else:
+            cls._cores[key] = core
+        return core
+
     def encode(self, text: str, literal: bool) -> list[int]:
         """Ids of ``text``: added tokens' text becomes their ids (special ones only when not ``literal``)."""
         return self._encode_around(self._raw_tokens, text, literal, self._encode_normalized)
@@ -120,7 +137,8 @@ class TiktokenBPE:
         return self._encode_around(self._normalized_tokens, text, literal, self._encode_ordinary)
 
     def _encode_ordinary(self, text: str, literal: bool) -> list[int]:
-        return self._ordinary(text)
+        ids: list[int] = self._core.encode_ordinary(text)
+        return ids
 
     def _encode_around(
         self,
@@ -148,8 +166,8 @@ class TiktokenBPE:
         return ids
 
 
-def _parts(backend: Any) -> tuple[str, dict[bytes, int], bool, dict[int, Any]] | None:
-    """(split regex, byte ranks, NFC?, added tokens by id) of a reproducible tokenizer, or None."""
+def _shape(backend: Any) -> tuple[str, bool, dict[int, Any]] | None:
+    """(split regex, NFC?, added tokens by id) of a tokenizer whose pipeline tiktoken reproduces, or None."""
     normalizer = json.loads(backend.normalizer.__getstate__()) if backend.normalizer is not None else None
     if normalizer is not None and normalizer != {"type": "NFC"}:
         return None
@@ -158,8 +176,15 @@ def _parts(backend: Any) -> tuple[str, dict[bytes, int], bool, dict[int, Any]] |
     added = backend.get_added_tokens_decoder()
     if pattern is None or any(t.lstrip or t.rstrip or t.single_word for t in added.values()):
         return None
-    # The vocabulary and merges: read last, the costly part.
-    model = json.loads(backend.model.__getstate__())
+    return pattern, normalizer is not None, added
+
+
+def _build_core(model: dict[str, Any], pattern: str) -> _Core | None:
+    """tiktoken's encoder of a byte-level BPE ``model`` (its JSON) whose merge order is its vocabulary order."""
+    try:
+        import tiktoken
+    except ImportError:
+        return None
     if model.get("type") != "BPE" or model.get("dropout") or model.get("byte_fallback"):
         return None
     if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
@@ -179,7 +204,19 @@ def _parts(backend: Any) -> tuple[str, dict[bytes, int], bool, dict[int, Any]] |
         if merged is None or merged < last:  # several merges may make one token (every split of it)
             return None
         last = merged
-    return pattern, ranks, normalizer is not None, added
+    try:
+        encoding = tiktoken.Encoding(
+            "slime-strands", pat_str=pattern, mergeable_ranks=ranks, special_tokens={}
+        )
+    except Exception as error:  # tiktoken refuses the pattern or the ranks
+        logger.debug("tiktoken cannot build this tokenizer's encoder: %s", error)
+        return None
+    # The Rust encoder itself, without the Encoding around it: that keeps a Python copy of the vocabulary
+    # (~20 MB) and replaces lone surrogates with U+FFFD, where the tokenizers library refuses the text.
+    core = getattr(encoding, "_core_bpe", None)
+    if core is None or not callable(getattr(core, "encode_ordinary", None)):
+        return None
+    return _Core(core)
 
 
 def _split_pattern(pre_tokenizer: Any) -> str | None:
