@@ -30,13 +30,15 @@ import json
 import logging
 import re
 import unicodedata
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 __all__ = ["TiktokenBPE"]
 
 logger = logging.getLogger(__name__)
+
+_MAX_CORES = 4
+"""tiktoken encoders kept for the process (one per vocabulary a process uses: one in a rollout)."""
 
 Reference = Callable[[str, bool], list[int]]
 """The ids to reproduce: ``reference(text, literal)``."""
@@ -54,8 +56,8 @@ _CHECK_TEXTS = (
 
 
 class _Core:
-    """tiktoken's Rust encoder of one vocabulary and split regex (~35 MB), shared by every tokenizer that has
-    them: copies of a tokenizer, and tokenizers that only add tokens to it, build none of their own."""
+    """tiktoken's Rust encoder of one vocabulary and split regex (~35 MB, ~0.5 s to build), shared by every
+    tokenizer that has them: reloads and copies of a tokenizer, and tokenizers that only add tokens to it."""
 
     def __init__(self, core: Any) -> None:
         self.encode_ordinary = core.encode_ordinary
@@ -64,9 +66,11 @@ class _Core:
 class TiktokenBPE:
     """``encode(text, literal)``: the ids of the tokenizer it was built from (see the module docstring)."""
 
-    _cores: ClassVar[weakref.WeakValueDictionary[tuple[bytes, str], _Core]] = weakref.WeakValueDictionary()
+    _cores: ClassVar[dict[tuple[bytes, str], _Core]] = {}
+    """By (vocabulary digest, regex), kept for the process (a tokenizer loaded again, as every command and
+    eval run does, finds its encoder built), the :data:`_MAX_CORES` most recent."""
     _refused: ClassVar[set[tuple[bytes, str]]] = set()
-    """Vocabularies (digest, regex) tiktoken cannot reproduce: not parsed again."""
+    """Vocabularies tiktoken cannot reproduce: not parsed again."""
 
     def __init__(
         self,
@@ -76,7 +80,7 @@ class TiktokenBPE:
         normalized_tokens: re.Pattern[str] | None,
         nfc: bool,
     ) -> None:
-        self._core = core  # held here: the cache of cores holds them weakly
+        self._core = core
         self._tokens = tokens  # content -> (id, special)
         self._raw_tokens = raw_tokens
         self._normalized_tokens = normalized_tokens
@@ -123,8 +127,10 @@ class TiktokenBPE:
         core = _build_core(json.loads(state), pattern)
         if core is None:
             cls._refused.add(key)
-        else:
-            cls._cores[key] = core
+            return None
+        while len(cls._cores) >= _MAX_CORES:
+            del cls._cores[next(iter(cls._cores))]
+        cls._cores[key] = core
         return core
 
     def encode(self, text: str, literal: bool) -> list[int]:
