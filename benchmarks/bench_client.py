@@ -21,10 +21,14 @@ each scenario in a fresh worker process. ``null`` is a Strands Agent whose model
 Strands' own per-turn cost (it deep-copies ``agent.messages`` every model call), reported separately.
 slime-strands' episodes raise the garbage collector's young threshold (its ``gc_young_threshold`` setting);
 ``strands-sglang+gc`` is strands-sglang in a process with the same setting, and ``null-ours`` runs with it
-too: the ratios on both strands-sglang rows tell the collector's share from the code's.
-Below the table, per-turn cost at the end of each trajectory length (turns in its last quarter): the whole
-turn, and SGLangModel's own work (``stats.overhead_s``: rendering, tokenizing, parsing, events; Strands and
-the HTTP request excluded), the figure for "our per-turn cost is flat in trajectory length".
+too: the ratios on both strands-sglang rows tell the collector's share from the code's. In the length
+scenarios only, ``bare-model`` drives slime-strands' SGLangModel from a loop of the benchmark's own (what an
+Agent sends it, no Agent), and ``bare-model+copies`` adds the two deep copies of the history Strands makes
+for every model call: the model's cost without Strands' per-call work, and with only those copies of it.
+Below the table, per-turn cost at the end of each trajectory length (turns in its last quarter), and
+SGLangModel's own work (``stats.overhead_s``: rendering, tokenizing, parsing, events; Strands and the HTTP
+request excluded) in the same kind of turn at each length (tool results in, a tool call out), in a Strands
+Agent and in the bare loops: the figures for "our per-turn cost is flat in trajectory length".
 
     python benchmarks/bench_client.py            # full run (~15 min on 2 cores); add --json FILE to keep figures
     python benchmarks/bench_client.py --quick    # smoke run (seconds)
@@ -55,7 +59,20 @@ from collections.abc import Callable, Coroutine, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-CLIENTS = ("slime-strands", "strands-sglang", "strands-sglang+gc", "null", "null-ours")
+CLIENTS = (
+    "slime-strands",
+    "strands-sglang",
+    "strands-sglang+gc",
+    "null",
+    "null-ours",
+    "bare-model",
+    "bare-model+copies",
+)
+BARE = "bare-model"
+"""Clients named with it drive slime-strands' SGLangModel from a bare loop (no Strands Agent), in the
+trajectory-length scenarios only: what the model's own work per turn costs without Strands' per-call work."""
+COPIES_SUFFIX = "+copies"
+"""A bare-model client named with it also makes the two deep copies of the history Strands makes per call."""
 GC_SUFFIX = "+gc"
 """A client named with it runs with slime-strands' garbage-collector setting (``gc_young_threshold``), which
 slime-strands' own episodes apply: the same process conditions, to tell the code's share from the GC's."""
@@ -327,7 +344,9 @@ class Result:
     process_cpu_s: float = 0.0
     turn_cpu_ms: list[float] = field(default_factory=list)
     end_turn_cpu_ms: list[float] = field(default_factory=list)
-    end_turn_own_ms: list[float] = field(default_factory=list)
+    call_turn_own: list[tuple[int, float]] = field(default_factory=list)
+    """(trajectory tokens when the turn started, the model's own ms) of every turn that continued a
+    trajectory with tool results and answered with a tool call: the same kind of turn at every length."""
     tokens_per_trajectory: float = 0.0
     peak_rss_per_trajectory_mb: float = 0.0
     max_stall_ms: float = 0.0
@@ -398,7 +417,10 @@ class _TurnMeter:
         registry.add_callback(BeforeModelCallEvent, self.turn_started)
 
     def turn_started(self, event: Any) -> None:
-        self.model = event.agent.model
+        self.start_turn(event.agent.model)
+
+    def start_turn(self, model: Any) -> None:
+        self.model = model
         if self._started:
             self._close_turn()
         self._started = True
@@ -459,12 +481,16 @@ class _Adapter:
     ``slime-strands eval`` run: the same model, agent, hooks and Strands tracer users get); strands-sglang's
     as its README shows (a ``strands.Agent`` around its ``SGLangModel``). ``null`` is a Strands ``Agent``
     built that way around a model that does nothing; ``null-ours`` the same model in an agent built by
-    slime-strands' ``build_agent``: Strands' own cost per turn in each build, reported apart.
+    slime-strands' ``build_agent``: Strands' own cost per turn in each build, reported apart. ``bare-model``
+    drives slime-strands' ``SGLangModel`` from a loop of its own (:meth:`_run_bare`): the model's work
+    without Strands' per-call work around it.
     """
 
     def __init__(self, cell: Cell, tokenizer: Any) -> None:
         self.cell, self.tokenizer = cell, tokenizer
-        if cell.kind == "slime-strands":
+        # the model is slime-strands' SGLangModel: its trajectory and its own time are read
+        self.ours = cell.kind == "slime-strands" or cell.kind.startswith(BARE)
+        if self.ours:
             from slime_strands import SGLangClient
             from slime_strands.settings import PluginSettings
 
@@ -494,6 +520,8 @@ class _Adapter:
     async def run(self, index: int, tools: list[Any], meter: _TurnMeter) -> Any:
         """Run one agent to its end; returns what :meth:`check` reads."""
         prompt = f"Research question {index}: gather records, then answer."
+        if self.cell.kind.startswith(BARE):
+            return await self._run_bare(prompt, tools, meter)
         if self.cell.kind == "slime-strands":
             from slime_strands.episode import EpisodeSpec, run_episode
 
@@ -524,6 +552,48 @@ class _Adapter:
             )
         return model, await agent.invoke_async(prompt)
 
+    async def _run_bare(self, prompt: str, tools: list[Any], meter: _TurnMeter) -> Any:
+        """Call the model as a Strands Agent would (the history, the tool specs, the system prompt), append
+        its answer and the tool results, until it answers without a tool call; no agent loop around it."""
+        import copy
+
+        from slime_strands import SGLangModel
+        from slime_strands.history import AgentHistory
+
+        (lookup,) = tools
+        model = SGLangModel(
+            tokenizer=self.tokenizer,
+            client=self.client,
+            params={"max_new_tokens": MAX_NEW_TOKENS},
+            tool_parser="hermes",
+            max_tool_output_tokens=10**9,
+            max_calls_per_turn=None,
+        )
+        messages = AgentHistory([{"role": "user", "content": [{"text": prompt}]}])
+        while True:
+            meter.start_turn(model)
+            if self.cell.kind.endswith(COPIES_SUFFIX):
+                # what Strands copies per call: the model middleware's context, then _normalize_messages
+                copy.deepcopy(messages)
+                copy.deepcopy(messages)
+            message, calls = await _assistant_message(
+                model.stream(messages, [lookup.tool_spec], SYSTEM_PROMPT)
+            )
+            messages.append(message)
+            if not calls:
+                return model, message
+            results = [
+                {
+                    "toolResult": {
+                        "toolUseId": c["toolUseId"],
+                        "status": "success",
+                        "content": [{"text": lookup(**c["input"])}],
+                    }
+                }
+                for c in calls
+            ]
+            messages.append({"role": "user", "content": results})
+
     def model(self) -> Any:
         if self.cell.kind == "strands-sglang":
             import strands_sglang
@@ -538,17 +608,21 @@ class _Adapter:
 
     def check(self, outcome: Any) -> tuple[int, str | None]:
         """(trajectory tokens, the problem with the run or None)."""
-        if self.cell.kind == "slime-strands":
+        if self.ours:
             from slime_strands.testing.invariants import assert_trajectory_invariants
 
-            tm = outcome.trajectory
+            tm = outcome.trajectory if self.cell.kind == "slime-strands" else outcome[0].token_manager
             try:  # after the timed run: segments, mask and logprobs agree (the request log is the server's)
                 assert_trajectory_invariants(tm)
             except AssertionError as exc:
                 return len(tm), f"trajectory invariant broken: {exc}"
             ids, mask, logprobs = tm.token_ids, tm.loss_mask, tm.logprobs
-            ended = outcome.termination.value == "end_turn" and "boxed{42}" in (outcome.response or "")
-            why = f"ended {outcome.termination.value}: {outcome.error}"
+            if self.cell.kind == "slime-strands":
+                ended = outcome.termination.value == "end_turn" and "boxed{42}" in (outcome.response or "")
+                why = f"ended {outcome.termination.value}: {outcome.error}"
+            else:
+                ended = "boxed{42}" in json.dumps(outcome[1])
+                why = f"did not end on the final answer: {outcome[1]}"
         else:
             model, answer = outcome
             if self.cell.kind == "strands-sglang":
@@ -566,14 +640,35 @@ class _Adapter:
 
     def own_time(self, model: Any) -> float:
         """Seconds of the model's own work so far (only slime-strands' SGLangModel keeps this figure)."""
-        return float(model.stats.overhead_s) if self.cell.kind == "slime-strands" else 0.0
+        return float(model.stats.overhead_s) if self.ours else 0.0
 
     def length(self, model: Any) -> int:
-        if self.cell.kind == "slime-strands":
+        if self.ours:
             return len(model.token_manager)
         if self.cell.kind == "strands-sglang":
             return len(model.rollout)
         return int(model.turns)
+
+
+async def _assistant_message(events: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The assistant message a Strands Agent appends for a model's stream of events, and its tool calls."""
+    content: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    async for event in events:
+        start = event.get("contentBlockStart", {}).get("start", {})
+        if "toolUse" in start:
+            calls.append(dict(start["toolUse"]))
+        delta = event.get("contentBlockDelta", {}).get("delta", {})
+        if "toolUse" in delta:
+            calls[-1]["input"] = json.loads(delta["toolUse"]["input"])
+        elif "reasoningContent" in delta:
+            content.append(
+                {"reasoningContent": {"reasoningText": {"text": delta["reasoningContent"]["text"]}}}
+            )
+        elif "text" in delta:
+            content.append({"text": delta["text"]})
+    content += [{"toolUse": call} for call in calls]
+    return {"role": "assistant", "content": content}, calls
 
 
 def _null_model(turns: int) -> Any:
@@ -713,9 +808,9 @@ async def _run_cell(cell: Cell) -> Result:
         result.turn_cpu_ms += [cpu * 1e3 for cpu, _, _ in meter.turns]
         if meter.turns:
             last = max(length for _, length, _ in meter.turns)
-            end = [(cpu, own) for cpu, length, own in meter.turns if length >= 0.75 * last]
-            result.end_turn_cpu_ms += [cpu * 1e3 for cpu, _ in end]
-            result.end_turn_own_ms += [own * 1e3 for _, own in end]
+            result.end_turn_cpu_ms += [cpu * 1e3 for cpu, length, _ in meter.turns if length >= 0.75 * last]
+        if adapter.ours:  # the first turn renders the prompt, the last one is the final answer
+            result.call_turn_own += [(length, own * 1e3) for _, length, own in meter.turns[1:-1]]
     result.tokens_per_trajectory = statistics.fmean(lengths) if lengths else 0.0
     # every trajectory is kept until checked: the peak holds all of them
     result.peak_rss_per_trajectory_mb = (peak - rss_before) / max(1, cell.agents * cell.episodes) / 2**20
@@ -740,7 +835,8 @@ def _set_target(base_url: str, tokens: int) -> None:
 def _worker(spec: str) -> None:
     _raise_fd_limit()
     cell = Cell(**json.loads(spec))
-    if cell.client.endswith(GC_SUFFIX) or cell.client == "null-ours":  # slime-strands' episodes apply it
+    # slime-strands' episodes apply it (the bare model stands for them, null-ours is their Strands part)
+    if cell.client.endswith(GC_SUFFIX) or cell.client == "null-ours" or cell.kind.startswith(BARE):
         from slime_strands.runtime import raise_gc_threshold
         from slime_strands.settings import PluginSettings
 
@@ -862,31 +958,66 @@ def format_table(rows: list[tuple[Scenario, dict[str, list[Result]]]], command: 
     return "\n".join(lines)
 
 
+def _is_length_scenario(scenario: Scenario) -> bool:
+    return scenario.name.endswith("k") and not scenario.large_outputs
+
+
 def _flatness(rows: list[tuple[Scenario, dict[str, list[Result]]]]) -> list[str]:
-    """Per-turn cost at the end of each trajectory length: the whole turn, and the model's own work."""
-    points: dict[str, list[tuple[float, float, float]]] = {}
+    """Per-turn cost at the end of each trajectory length (the whole turn), and the model's own work per
+    turn by trajectory length."""
+    points: dict[str, list[tuple[float, float]]] = {}
     for scenario, runs in rows:
-        if not scenario.name.endswith("k") or scenario.large_outputs:
+        if not _is_length_scenario(scenario):
             continue
         for client, client_runs in runs.items():
             r = _median_run(client_runs)
             if r.end_turn_cpu_ms:
-                own = statistics.median(r.end_turn_own_ms) if any(r.end_turn_own_ms) else 0.0
                 tokens = scenario.target_tokens if client.startswith("null") else r.tokens_per_trajectory
-                points.setdefault(client, []).append((tokens, statistics.median(r.end_turn_cpu_ms), own))
+                points.setdefault(client, []).append((tokens, statistics.median(r.end_turn_cpu_ms)))
     out = []
     for client, figures in points.items():
         figures.sort()
         kind = "-token trajectories' turns (Strands alone)" if client.startswith("null") else " tokens"
-        text = ", ".join(f"{n:,.0f}{kind}: {ms:.2f} ms" for n, ms, _ in figures)
+        text = ", ".join(f"{n:,.0f}{kind}: {ms:.2f} ms" for n, ms in figures)
         line = f"{client}: loop time per turn at the end of the trajectory: {text}"
         if len(figures) >= 2 and figures[0][1] > 0:
             line += f" ({figures[-1][1] / figures[0][1]:.2f}x from the shortest to the longest)"
         out.append(line)
-        if client == "slime-strands" and len(figures) >= 2:
-            own = ", ".join(f"{n:,.0f} tokens: {o:.2f} ms" for n, _, o in figures)
-            ratio = figures[-1][2] / max(figures[0][2], 1e-9)
-            out.append(f"slime-strands: SGLangModel's own work per turn at the end: {own} ({ratio:.2f}x)")
+    return out + _own_work_by_length(rows)
+
+
+_OWN_WORK_OF = {
+    "slime-strands": "in a Strands Agent",
+    BARE: "driven by a bare loop, no Agent",
+    BARE + COPIES_SUFFIX: "bare loop + Strands' 2 history copies per call",
+}
+
+
+def _own_work_by_length(rows: list[tuple[Scenario, dict[str, list[Result]]]]) -> list[str]:
+    """SGLangModel's own work in the same kind of turn (tool results in, a tool call out) at each length:
+    turns that started within 25% of it, pooled over the length scenarios' median runs (a 1k-token
+    trajectory's only such turns are in the longer trajectories' beginnings)."""
+    lengths = sorted({s.target_tokens for s, _ in rows if _is_length_scenario(s)})
+    pooled: dict[str, list[tuple[int, float]]] = {}
+    for scenario, runs in rows:
+        if _is_length_scenario(scenario):
+            for client, client_runs in runs.items():
+                if client in _OWN_WORK_OF:
+                    pooled.setdefault(client, []).extend(_median_run(client_runs).call_turn_own)
+    out = []
+    for client, turns in pooled.items():
+        medians: dict[int, tuple[float, int]] = {}
+        for n in lengths:
+            own = [ms for length, ms in turns if 0.75 * n <= length <= 1.25 * n]
+            if own:
+                medians[n] = statistics.median(own), len(own)
+        text = ", ".join(f"~{n:,} tokens: {ms:.2f} ms ({count} turns)" for n, (ms, count) in medians.items())
+        line = f"SGLangModel's own work per tool-call turn, {_OWN_WORK_OF[client]}: {text}"
+        if len(medians) == len(lengths) >= 2:
+            line += (
+                f" ({medians[lengths[-1]][0] / medians[lengths[0]][0]:.2f}x from the shortest to the longest)"
+            )
+        out.append(line)
     return out
 
 
@@ -930,9 +1061,13 @@ def main() -> None:
             [int(n) for n in ns.agents.split(",") if n],
             [int(n) for n in ns.lengths.split(",") if n],
         ):
-            runs: dict[str, list[Result]] = {client: [] for client in clients}
+            runs: dict[str, list[Result]] = {
+                client: []
+                for client in clients
+                if _is_length_scenario(scenario) or not client.startswith(BARE)
+            }
             for _ in range(max(1, ns.repeat)):
-                for client in clients:
+                for client in runs:
                     null_turns = 0
                     if client.startswith("null"):
                         reference = next((r[0] for r in runs.values() if r and r[0].turns), None)

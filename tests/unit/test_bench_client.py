@@ -42,7 +42,7 @@ def test_quick_benchmark_prints_the_full_table_without_errors(tmp_path):
             os.path.join(ROOT, "benchmarks", "bench_client.py"),
             "--quick",
             "--clients",
-            "slime-strands,null",
+            "slime-strands,null,bare-model",
             "--json",
             str(out),
         ],
@@ -57,14 +57,17 @@ def test_quick_benchmark_prints_the_full_table_without_errors(tmp_path):
     assert [c.strip() for c in header.strip("|").split("|")] == COLUMNS
     rows = [line for line in lines if line.startswith("| ") and line != header]
     figures = json.loads(out.read_text())
-    assert len(figures) >= 3 and len(rows) == 2 * len(figures), proc.stdout  # every scenario x 2 clients
+    lengths = [f for f in figures if "bare-model" in f["results"]]
+    assert len(lengths) == 2 and len(figures) >= 3, proc.stdout  # the bare model: length scenarios only
+    assert len(rows) == 2 * len(figures) + len(lengths), proc.stdout
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == len(COLUMNS)
         assert cells[COLUMNS.index("errors")] == "0", row
         assert int(cells[COLUMNS.index("turns")]) > 0
     assert any(line.startswith("slime-strands: loop time per turn at the end") for line in lines)
-    assert any(line.startswith("slime-strands: SGLangModel's own work per turn") for line in lines)
+    for how in ("in a Strands Agent", "driven by a bare loop, no Agent"):
+        assert any(line.startswith(f"SGLangModel's own work per tool-call turn, {how}: ~") for line in lines)
     for scenario in figures:
         for client, result in scenario["results"].items():
             assert result["errors"] == 0, (client, result["error_samples"])
@@ -124,3 +127,24 @@ def test_repeated_runs_show_each_clients_median_run_and_the_ratio_range():
         [(scenario, {"slime-strands": ours[:1], "strands-sglang": theirs[:1]})], "cmd"
     )
     assert "| 0.50x | 2.00x |" in single
+
+
+def test_own_work_compares_tool_call_turns_by_the_length_they_started_at():
+    bench = _bench_module()
+    lengths = [bench.Scenario(f"4 agents, {n // 1000}k", 4, n) for n in (1000, 8000, 100_000)]
+
+    def runs(call_turns: list[tuple[int, float]]) -> dict[str, list[Any]]:
+        cell = bench.Cell("slime-strands", "s", 4, 1000, "http://127.0.0.1:1")
+        return {"slime-strands": [bench.Result(cell, turns=10, process_cpu_s=1.0, call_turn_own=call_turns)]}
+
+    rows = [
+        (lengths[0], runs([])),  # a 1k trajectory: a prompt turn and the final answer, no such turn
+        (lengths[1], runs([(1000, 0.4), (1100, 0.5), (8000, 0.6)])),
+        (lengths[2], runs([(900, 0.3), (60_000, 5.0), (100_000, 0.8), (120_000, 1.0)])),
+        (bench.Scenario("512 agents, 4 x 1 MB tool output", 512, 3000, large_outputs=4), runs([(1000, 9.0)])),
+    ]
+    (line,) = bench._own_work_by_length(rows)
+    assert line == (
+        "SGLangModel's own work per tool-call turn, in a Strands Agent: ~1,000 tokens: 0.40 ms (3 turns), "
+        "~8,000 tokens: 0.60 ms (1 turns), ~100,000 tokens: 0.90 ms (2 turns) (2.25x from the shortest to the longest)"
+    )
