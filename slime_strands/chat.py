@@ -247,6 +247,7 @@ class ChatRenderer:
         )
         self._codec = TokenCodec.of(tokenizer)
         self._tools_key: tuple[Any, str] | None = None
+        self._token_texts: dict[int, str] = {}
         state = _TEMPLATES.get(key)
         if state is None:
             self.facts = self._detect()
@@ -361,7 +362,7 @@ class ChatRenderer:
             text = "".join(segments)
             ids = self._encode_segments(segments, risky, text)
         if after is not None and ids and ids[0] == after:
-            lead = self.decode(ids[:1])
+            lead = self._token_text(after)
             if text.startswith(lead):
                 return text[len(lead) :], ids[1:]
         return text, ids
@@ -520,6 +521,13 @@ class ChatRenderer:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._codec.decode(token_ids)
+
+    def _token_text(self, token_id: int) -> str:
+        """The text of one token: the stop token every continuation starts with, decoded once, not per turn."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.decode([token_id])
+        return text
 
     def without_stop_token(self, output_ids: Sequence[int]) -> list[int]:
         """A turn's ``output_ids`` without the stop token that ended it (if it ended on one)."""
