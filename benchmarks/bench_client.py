@@ -481,7 +481,8 @@ class _Adapter:
     ``slime-strands eval`` run: the same model, agent, hooks and Strands tracer users get); strands-sglang's
     as its README shows (a ``strands.Agent`` around its ``SGLangModel``). ``null`` is a Strands ``Agent``
     built that way around a model that does nothing; ``null-ours`` the same model in an agent built by
-    slime-strands' ``build_agent``: Strands' own cost per turn in each build, reported apart. ``bare-model``
+    slime-strands' ``build_agent`` and run by its ``run_agent`` (paced invocations): Strands' own cost per
+    turn in each build, reported apart. ``bare-model``
     drives slime-strands' ``SGLangModel`` from a loop of its own (:meth:`_run_bare`): the model's work
     without Strands' per-call work around it.
     """
@@ -534,22 +535,24 @@ class _Adapter:
                 self.tokenizer, self.client, self.settings, spec, tools=tools, hooks=[meter]
             )
         model = self.model()
-        if self.cell.kind == "null-ours":
-            from slime_strands.episode import build_agent
+        if self.cell.kind == "null-ours":  # the Strands part of slime-strands' episode: its agent and loop
+            from slime_strands.episode import build_agent, run_agent
+            from slime_strands.limits import ToolLimiter
 
             agent = build_agent(model, tools=tools, hooks=[meter], system_prompt=SYSTEM_PROMPT)
-        else:
-            from strands import Agent
-            from strands.agent.conversation_manager import NullConversationManager
+            termination, error = await run_agent(agent, prompt, limiter=ToolLimiter())
+            return model, _Ended(termination.value, error, agent.messages[-1])
+        from strands import Agent
+        from strands.agent.conversation_manager import NullConversationManager
 
-            agent = Agent(
-                model=model,
-                tools=tools,
-                hooks=[meter],
-                system_prompt=SYSTEM_PROMPT,
-                callback_handler=None,
-                conversation_manager=NullConversationManager(),
-            )
+        agent = Agent(
+            model=model,
+            tools=tools,
+            hooks=[meter],
+            system_prompt=SYSTEM_PROMPT,
+            callback_handler=None,
+            conversation_manager=NullConversationManager(),
+        )
         return model, await agent.invoke_async(prompt)
 
     async def _run_bare(self, prompt: str, tools: list[Any], meter: _TurnMeter) -> Any:
@@ -669,6 +672,15 @@ async def _assistant_message(events: Any) -> tuple[dict[str, Any], list[dict[str
             content.append({"text": delta["text"]})
     content += [{"toolUse": call} for call in calls]
     return {"role": "assistant", "content": content}, calls
+
+
+@dataclass
+class _Ended:
+    """How a ``null-ours`` episode ended (``run_agent`` returns no Strands result): what :meth:`check` reads."""
+
+    stop_reason: str
+    error: str | None
+    last_message: Any
 
 
 def _null_model(turns: int) -> Any:

@@ -39,6 +39,7 @@ from .model import (
     ResponseBudgetExhaustedError,
     SGLangModel,
 )
+from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION, InvocationPacer
 from .record import EpisodeRecord, SegmentRecord, Termination
 from .runtime import import_tools, raise_gc_threshold
 from .segments import SEGMENTS_KEY, EpisodeSegments
@@ -101,7 +102,7 @@ async def run_episode(
     except Exception as exc:  # bad sample data (prompt shape): this episode only
         record = _failed(spec, exc)
     else:
-        termination, error = await _run(episode, spec)
+        termination, error = await _run(episode, settings)
         record = await _summarize(episode, spec, termination, error)
     record.wall_time_s = time.perf_counter() - started
     return record
@@ -240,13 +241,14 @@ def _sglang_params(sampling_params: Mapping[str, Any]) -> dict[str, Any]:
 # -- run ---------------------------------------------------------------------------------------------
 
 
-async def _run(episode: _Episode, spec: EpisodeSpec) -> tuple[Termination, str | None]:
+async def _run(episode: _Episode, settings: PluginSettings) -> tuple[Termination, str | None]:
     return await run_agent(
         episode.agent,
         episode.prompt,
         limiter=episode.limiter,
         guard=episode.guard,
         invocation_state={SEGMENTS_KEY: episode.segments},
+        tool_rounds_per_invocation=settings.tool_rounds_per_invocation,
     )
 
 
@@ -257,11 +259,23 @@ async def run_agent(
     limiter: ToolLimiter,
     guard: StopWhen | None = None,
     invocation_state: dict[str, Any] | None = None,
+    tool_rounds_per_invocation: int | None = DEFAULT_TOOL_ROUNDS_PER_INVOCATION,
 ) -> tuple[Termination, str | None]:
     """Run ``agent`` on ``prompt`` to its end and say how it ended (with the error of a FAILED end); used for
-    the episode's agent and for sub-agents. Configuration errors and cancellation propagate."""
+    the episode's agent and for sub-agents. Configuration errors and cancellation propagate.
+
+    Every ``tool_rounds_per_invocation`` tool rounds the agent is invoked again with no prompt and the same
+    ``invocation_state`` (``slime_strands.pacing``: Strands' nesting grows with each round of an invocation);
+    ``None`` runs the whole loop as one invocation."""
+    pacer = None
+    if tool_rounds_per_invocation is not None:
+        pacer = InvocationPacer(tool_rounds_per_invocation)
+        agent.hooks.add_hook(pacer)
+    state: dict[str, Any] = {} if invocation_state is None else invocation_state  # one for every invocation
     try:
-        await agent.invoke_async(prompt, invocation_state=invocation_state)
+        result = await agent.invoke_async(prompt, invocation_state=state)
+        while pacer is not None and pacer.resumes(result.stop_reason):
+            result = await agent.invoke_async(None, invocation_state=state)
     except asyncio.CancelledError:
         raise
     except Exception as exc:

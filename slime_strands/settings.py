@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigurationError
+from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION
 from .record import COMPACTION_STRATEGIES
 from .tool_parsers import AUTO, registered_tool_parsers
 
@@ -217,6 +218,11 @@ class PluginSettings:
     """A single tool result longer than this (in tokens) is cut to head + tail with a marker."""
     max_calls_per_turn: int | None = 16
     """Tool calls of one assistant turn that run; the rest get one error result. None = unlimited."""
+    tool_rounds_per_invocation: int | None = DEFAULT_TOOL_ROUNDS_PER_INVOCATION
+    """Tool rounds per Strands invocation: after that many the agent is invoked again with no prompt (the
+    trajectory is unchanged; hooks see one invocation per stretch). Strands nests each round of an invocation
+    one level deeper: its cost per turn grows with them, and ~245 rounds (~320 on Python 3.11) pass Python's recursion limit.
+    None = the whole episode in one invocation."""
     max_context_len: int | None = None
     """Most tokens a trajectory may hold; None = ``--rollout-max-context-len`` (``--eval-max-context-len`` in
     eval). The server's window (``/v1/models``) less SGLang's margin always bounds it too."""
@@ -257,6 +263,10 @@ class PluginSettings:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise SettingsError(f"{name} must be >= 0 or null, got {value!r}")
+        if self.tool_rounds_per_invocation is not None and self.tool_rounds_per_invocation < 1:
+            raise SettingsError(
+                f"tool_rounds_per_invocation must be >= 1 or null, got {self.tool_rounds_per_invocation!r}"
+            )
         if self.max_tool_output_tokens <= 0:
             raise SettingsError("max_tool_output_tokens must be > 0")
         if self.tool_parser != AUTO and self.tool_parser not in registered_tool_parsers():

@@ -54,6 +54,7 @@ def test_mapping_is_coerced_and_nested():
         ({"reward": {"math_verify_timeout_s": 0}}, "math_verify_timeout_s must be > 0"),
         ({"tool_parser": "qwen25_xml"}, "tool_parser: unknown parser 'qwen25_xml'; choose 'auto' or one of"),
         ({"gc_young_threshold": 0}, "gc_young_threshold must be > 0 or null, got 0"),
+        ({"tool_rounds_per_invocation": 0}, "tool_rounds_per_invocation must be >= 1 or null, got 0"),
     ],
 )
 def test_invalid_settings_name_the_problem(data, message):
