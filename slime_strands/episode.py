@@ -281,6 +281,8 @@ async def run_agent(
     except Exception as exc:
         return _classify(exc)
     finally:
+        if pacer is not None:
+            pacer.finish()
         agent.cleanup()
     if guard is not None and guard.triggered:
         return Termination.ABORTED, None

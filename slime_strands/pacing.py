@@ -36,13 +36,16 @@ class InvocationPacer(HookProvider):
         self.invocations = 0
         self._rounds_run = 0
         self._paused = False
+        self._finished = False
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         registry.add_callback(AfterToolsEvent, self._after_tools)
 
     def _after_tools(self, event: AfterToolsEvent) -> None:
+        if self._finished:
+            return
         self._rounds_run += 1
-        if self._rounds_run >= self.rounds:
+        if self._rounds_run >= self.rounds and not _stopping(event.agent):
             self._rounds_run = 0
             self._paused = True
             event.agent.cancel(after_current_tools=True)
@@ -57,3 +60,15 @@ class InvocationPacer(HookProvider):
         paused, self._paused = self._paused, False
         self._rounds_run = 0
         return paused and stop_reason == "cancelled"
+
+    def finish(self) -> None:
+        """The loop it paced is over: pause nothing more (Strands cannot unregister a hook, and an agent run
+        again would otherwise be stopped at this pacer's count too)."""
+        self._finished = True
+
+
+def _stopping(agent: Any) -> bool:
+    """Whether something else already asked this loop to stop (Strands' ``stop`` tool, ``agent.cancel()``):
+    then the stop is theirs, not a pause to resume from. ``_deferred_cancel`` is the flag
+    ``cancel(after_current_tools=True)`` sets; Strands has no public reader of it."""
+    return bool(agent.cancel_signal.is_set() or getattr(agent, "_deferred_cancel", False))

@@ -9,9 +9,11 @@ import pytest
 from fanout_kit import ScriptedPolicy, add_call, assert_segments
 from rollout_tools import CALLS, add
 from strands.hooks import BeforeInvocationEvent, HookProvider, HookRegistry
+from strands.vended_tools.stop import stop
 
-from slime_strands import SGLangClient
-from slime_strands.episode import EpisodeSpec, run_episode
+from slime_strands import SGLangClient, SGLangModel
+from slime_strands.episode import EpisodeSpec, build_agent, run_agent, run_episode
+from slime_strands.limits import ToolLimiter
 from slime_strands.record import Termination
 from slime_strands.settings import PluginSettings
 from slime_strands.testing import SGLangTestServer
@@ -31,10 +33,12 @@ class InvocationCounter(HookProvider):
         self.count += 1
 
 
-async def paced_episode(server, tokenizer, rounds: int, *, should_stop=None, **settings):
-    """``rounds`` add calls, then the answer; returns (record, invocations, tool calls run)."""
+async def paced_episode(
+    server, tokenizer, rounds: int, *, should_stop=None, then: tuple[str, ...] = (), tools=(add,), **settings
+):
+    """``rounds`` add calls, the ``then`` turns, the answer; returns (record, invocations, add calls run)."""
     policy = ScriptedPolicy(server, tokenizer)
-    policy.script(None, *(add_call(i) for i in range(rounds)), ANSWER)
+    policy.script(None, *(add_call(i) for i in range(rounds)), *then, ANSWER)
     config = PluginSettings.from_mapping(
         {"tools": [], "system_prompt": "Add numbers with the add tool.", "max_tool_iters": None, **settings}
     )
@@ -43,7 +47,7 @@ async def paced_episode(server, tokenizer, rounds: int, *, should_stop=None, **s
     counter = InvocationCounter()
     calls_before = CALLS["add"]
     record = await run_episode(
-        tokenizer, client, config, spec, tools=[add], should_stop=should_stop, hooks=[counter]
+        tokenizer, client, config, spec, tools=list(tools), should_stop=should_stop, hooks=[counter]
     )
     return record, counter.count, CALLS["add"] - calls_before
 
@@ -103,3 +107,33 @@ async def test_an_abort_during_a_paused_round_ends_the_episode_before_the_next_m
     # The pause ends the first invocation; the second one is refused at its first model call.
     assert (calls, invocations, record.turns) == (3, 2, 3)
     assert len(server.generate_requests) == 3
+
+
+async def test_strands_stop_tool_on_a_pause_round_ends_the_episode(server, tokenizer):
+    # The stop tool asks for the same cooperative stop a pause uses; on the third round, paced by 3, the stop
+    # is the tool's: no further invocation, no further model call.
+    stop_call = '<tool_call>\n{"name": "stop", "arguments": {"message": "Stopping here."}}\n</tool_call>'
+    record, invocations, calls = await paced_episode(
+        server, tokenizer, 2, then=(stop_call,), tools=(add, stop), tool_rounds_per_invocation=3
+    )
+    assert (calls, invocations, record.turns) == (2, 1, 3)
+    assert len(server.generate_requests) == 3
+    assert record.termination is Termination.END_TURN, record.error
+    assert_segments(server, [record.segments[0].trajectory])
+
+
+async def test_an_agent_invoked_again_after_its_paced_run_is_not_paced(server, tokenizer):
+    # Strands cannot remove a hook: once run_agent is over, the pacer must stop pausing, or a caller invoking
+    # the same agent again would see it stop ("cancelled") after the pacer's count of rounds.
+    policy = ScriptedPolicy(server, tokenizer)
+    policy.script(None, add_call(0), add_call(1), ANSWER, *(add_call(i) for i in range(3)), ANSWER)
+    model = SGLangModel(tokenizer=tokenizer, base_url=server.base_url, sampling_params={"max_new_tokens": 64})
+    counter = InvocationCounter()
+    agent = build_agent(model, tools=[add], hooks=[counter], system_prompt="Add numbers with the add tool.")
+    termination, error = await run_agent(
+        agent, "Add twice.", limiter=ToolLimiter(), tool_rounds_per_invocation=2
+    )
+    assert (termination, error, counter.count) == (Termination.END_TURN, None, 2)
+    result = await agent.invoke_async("Add three more times.")
+    assert (result.stop_reason, counter.count) == ("end_turn", 3)
+    assert_segments(server, [model.token_manager])
