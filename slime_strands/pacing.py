@@ -33,7 +33,6 @@ class InvocationPacer(HookProvider):
         if rounds < 1:
             raise ValueError(f"rounds per invocation must be >= 1, got {rounds!r}")
         self.rounds = rounds
-        self.invocations = 0
         self._rounds_run = 0
         self._paused = False
         self._finished = False
@@ -56,7 +55,6 @@ class InvocationPacer(HookProvider):
         Anything else that ended it (a hook's ``end_turn`` such as a tool limit, which Strands honours before
         a deferred cancel; the model's answer; an error) ends the loop, and the pause request lapses with the
         invocation."""
-        self.invocations += 1
         paused, self._paused = self._paused, False
         self._rounds_run = 0
         return paused and stop_reason == "cancelled"
