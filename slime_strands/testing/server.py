@@ -147,13 +147,20 @@ class SGLangTestServer:
         """GET paths answered 404 (a router or an older server without them)."""
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] | None = None
+        """Open client connections while running: stop() closes them, as a server shutting down does, and
+        joins their handler threads, so that none is left waiting for a next request on a keep-alive
+        connection."""
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> SGLangTestServer:
+        if self._httpd is not None:
+            raise RuntimeError("SGLangTestServer is already running: start() it or enter it, not both")
         handler = type("Handler", (_Handler,), {"server_state": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
+        self._httpd.daemon_threads = False  # server_close() joins the handler threads
+        self._connections = set()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.02},  # stop() waits one poll: keep it short
@@ -168,8 +175,15 @@ class SGLangTestServer:
             for event in list(self._in_flight.values()):
                 event.set()
             self._httpd.shutdown()
+            with self._lock:
+                connections, self._connections = self._connections or set(), None
+            for connection in connections:
+                _hang_up(connection)
             self._httpd.server_close()
             self._httpd = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def __enter__(self) -> SGLangTestServer:
         return self.start()
@@ -457,14 +471,33 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def _hang_up(connection: socket.socket) -> None:
+    """End a client connection both ways: its handler thread's next read returns at once."""
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_state: SGLangTestServer
 
     def setup(self) -> None:
         super().setup()
+        state = self.server_state
+        with state._lock:
+            if state._connections is None:  # accepted as the server stopped
+                _hang_up(self.connection)
+            else:
+                state._connections.add(self.connection)
         # Headers and body go out in separate writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def finish(self) -> None:
+        state = self.server_state
+        with state._lock:
+            if state._connections is not None:
+                state._connections.discard(self.connection)
+        super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
@@ -535,8 +568,7 @@ class _Handler(BaseHTTPRequestHandler):
             answer = state._generate(body, {k.lower(): v for k, v in self.headers.items()})
             if answer is None:  # injected dropped connection
                 self.close_connection = True
-                with contextlib.suppress(OSError):
-                    self.connection.shutdown(socket.SHUT_RDWR)
+                _hang_up(self.connection)
                 return
             self._send(*answer)
         elif self.path == "/abort_request":

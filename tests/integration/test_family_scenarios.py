@@ -62,7 +62,7 @@ def tok(family):
 
 
 def _server(family: Family, tok: Any, *turns: Turn, **kwargs: Any) -> SGLangTestServer:
-    server = SGLangTestServer(tok, end_of_turn=stop_tokens(family), **kwargs).start()
+    server = SGLangTestServer(tok, end_of_turn=stop_tokens(family), **kwargs)  # started by `with`
     server.script(*server_turns(family, tok, turns))
     return server
 
