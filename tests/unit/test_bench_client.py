@@ -5,14 +5,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from typing import Any
 
 import pytest
+from bench_runner import ROOT, run_benchmark
 from conftest import qwen3_tokenizer_path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLUMNS = [
     "scenario",
     "client",
@@ -36,30 +35,23 @@ COLUMNS = [
 def test_quick_benchmark_prints_the_full_table_without_errors(tmp_path):
     env = {**os.environ, "SLIME_STRANDS_TEST_TOKENIZER": qwen3_tokenizer_path()}
     out = tmp_path / "figures.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "bench_client.py"),
-            "--quick",
-            "--clients",
-            "slime-strands,null,bare-model",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    stdout = run_benchmark(
+        "bench_client.py",
+        "--quick",
+        "--clients",
+        "slime-strands,null,bare-model",
+        "--json",
+        str(out),
         env=env,
-        timeout=280,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
+    lines = stdout.splitlines()
     header = next(line for line in lines if line.startswith("| scenario"))
     assert [c.strip() for c in header.strip("|").split("|")] == COLUMNS
     rows = [line for line in lines if line.startswith("| ") and line != header]
     figures = json.loads(out.read_text())
     lengths = [f for f in figures if "bare-model" in f["results"]]
-    assert len(lengths) == 2 and len(figures) >= 3, proc.stdout  # the bare model: length scenarios only
-    assert len(rows) == 2 * len(figures) + len(lengths), proc.stdout
+    assert len(lengths) == 2 and len(figures) >= 3, stdout  # the bare model: length scenarios only
+    assert len(rows) == 2 * len(figures) + len(lengths), stdout
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == len(COLUMNS)
