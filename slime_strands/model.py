@@ -11,6 +11,7 @@ then closes the trajectory so far and the next call renders the rewritten conver
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -19,7 +20,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from strands.hooks import BeforeToolCallEvent
 from strands.models import BaseModelConfig, Model
@@ -29,6 +30,7 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
 from .chat import ChatRenderer, to_template_messages, to_template_tools
+from .checkpoint import ModelCheckpoint, ModelCounters, PendingTurn
 from .client import (
     SGLANG_CONTEXT_MARGIN,
     GenerateResult,
@@ -40,6 +42,7 @@ from .errors import SlimeStrandsError
 from .families import select_tool_parser
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
+from .tool_parsers.base import ParseErrorKind
 from .tool_parsers.events import (
     INVALID_TOOL_NAME,
     TurnPlan,
@@ -140,6 +143,16 @@ class ModelStats:
     """Client-side time of the turns (rendering, tokenizing, decoding, parsing), request time excluded."""
     last_finish_reason: str | None = None
 
+    def counters(self) -> ModelCounters:
+        """The counters as a frozen record (what a partial-rollout checkpoint saves)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return ModelCounters(**{**values, "parse_errors": dict(self.parse_errors)})
+
+    @classmethod
+    def of(cls, counters: ModelCounters) -> ModelStats:
+        values = {f.name: getattr(counters, f.name) for f in dataclasses.fields(cls)}
+        return cls(**{**values, "parse_errors": Counter(counters.parse_errors)})
+
 
 class SGLangModel(Model):
     """Strands Model provider over SGLang's native API, recording an exact token trajectory.
@@ -236,6 +249,8 @@ class SGLangModel(Model):
         self._last_tool_ids: list[str] = []
         self._call_errors: dict[str, ToolCallError] = {}
         self._template_ids: dict[str, str] = {}
+        self._pending: PendingTurn | None = None
+        """A turn an abort cut after its input was appended: the next call with as many messages continues it."""
 
     # -- trajectory segments (context management, sub-agents) ---------------------------------
 
@@ -248,6 +263,7 @@ class SGLangModel(Model):
         closed = self.token_manager
         self.token_manager = TokenManager()
         self._messages_seen = 0
+        self._pending = None
         return closed
 
     def spawn(self) -> SGLangModel:
@@ -302,22 +318,30 @@ class SGLangModel(Model):
         tools, schemas = self._template_tools(tool_specs)
 
         tm = self.token_manager
-        if len(tm) == 0:
+        continued = self._continued_turn(messages)
+        delta_ids: list[int] = []
+        if continued is not None:  # a turn an abort cut: its input is in the trajectory, partial output too
+            starts_in_reasoning = continued.starts_in_reasoning
+        elif len(tm) == 0:
             size = _content_chars(messages) + len(system_prompt or "") + len(json.dumps(tools or []))
             prompt_text, prompt_ids = await _offload(
                 size, self._render_initial, messages, system_prompt, tools
             )
             tm.add_prompt(prompt_ids)
-            delta_ids: list[int] = []
+            starts_in_reasoning = self._renderer.opens_reasoning(prompt_text)
         else:
             prompt_text, delta_ids = await self._render_new_messages(messages, system_prompt, tools)
+            starts_in_reasoning = self._renderer.opens_reasoning(prompt_text)
         if self._trajectory_json_of is not tm or len(self._trajectory_json) != len(tm):
             # a new episode or segment (or a token manager changed behind our back): serialise it once
             self._trajectory_json = await _offload(len(tm) * 4, TokenIdsJSON, tm.token_ids)
             self._trajectory_json_of = tm
         delta_json = await _offload(len(delta_ids) * 4, TokenIdsJSON, delta_ids)
 
-        max_new_tokens = await self._turn_budget(len(delta_ids))
+        so_far = _turn_so_far(tm) if continued is not None else []
+        max_new_tokens = await self._turn_budget(
+            len(delta_ids), spent=None if continued is None else len(so_far)
+        )
         input_len = len(tm) + len(delta_ids)
         params = dict(self.config["params"])
         params["max_new_tokens"] = max_new_tokens
@@ -325,34 +349,26 @@ class SGLangModel(Model):
         params["stop_token_ids"] = stop_ids + [t for t in self._renderer.stop_token_ids if t not in stop_ids]
 
         started = time.perf_counter()
-        try:
-            last = tm.last_segment
-            result = await self.client.generate(
-                self._trajectory_json,
-                params,
-                input_ids_tail=delta_json,
-                routing_key=self.config["routing_key"],
-                return_routed_experts=self.config["return_routed_experts"],
-                # rows held: every position before the last generated token (the trajectory so far)
-                routed_experts_start_len=last.end - 1 if last is not None and last.kind == "generated" else 0,
-                abort_retries=self.config["abort_retries"],
-                abort_expected=self.config["abort_expected"],
-            )
-        except SGLangContextLengthError as exc:
-            raise ContextWindowOverflowException(str(exc)) from exc
+        if max_new_tokens < _MIN_GENERATION_ROOM:  # a continued turn whose cut left no room: it ends there
+            result = GenerateResult(output_ids=[], logprobs=[], finish_reason="length")
+        else:
+            result = await self._generate(params, delta_json, _routing_rows_held(tm))
         elapsed = time.perf_counter() - started
 
         if delta_ids:
             tm.add_observation(delta_ids)
             self._trajectory_json.extend(delta_json)
-        self._record_turn(result, elapsed)
+        self._record_turn(result, elapsed, new_turn=continued is None)
         self._trajectory_json.extend(result.output_ids)
         if result.finish_reason == "abort":
+            self._pending = PendingTurn(len(messages), starts_in_reasoning)
             raise GenerationAbortedError(result.finish_message or "the server aborted the request")
+        self._pending = None
         self._messages_seen = len(messages) + 1  # + the assistant message the agent appends for this answer
 
+        output_ids = [*so_far, *result.output_ids]
         parsed = await _offload(
-            len(result.output_ids) * 4, self._parse_output, result.output_ids, prompt_text, schemas
+            len(output_ids) * 4, self._parse_output, output_ids, starts_in_reasoning, schemas
         )
         plan = plan_tool_calls(
             parsed,
@@ -361,11 +377,29 @@ class SGLangModel(Model):
             max_calls_per_turn=self.config["max_calls_per_turn"],
         )
         self._record_plan(plan)
-        usage = format_usage(input_len, len(result.output_ids), result.cached_tokens)
+        usage = format_usage(input_len, len(output_ids), result.cached_tokens)
         events = format_stream_events(parsed, plan, usage, int(elapsed * 1000))
         self.stats.overhead_s += time.perf_counter() - entered - elapsed
         for event in events:
             yield event
+
+    async def _generate(
+        self, params: dict[str, Any], delta_json: TokenIdsJSON, rows_held: int
+    ) -> GenerateResult:
+        """One request: the trajectory so far followed by this turn's new tokens."""
+        try:
+            return await self.client.generate(
+                self._trajectory_json,
+                params,
+                input_ids_tail=delta_json,
+                routing_key=self.config["routing_key"],
+                return_routed_experts=self.config["return_routed_experts"],
+                routed_experts_start_len=rows_held,
+                abort_retries=self.config["abort_retries"],
+                abort_expected=self.config["abort_expected"],
+            )
+        except SGLangContextLengthError as exc:
+            raise ContextWindowOverflowException(str(exc)) from exc
 
     # -- rendering --------------------------------------------------------------------------------
 
@@ -515,14 +549,21 @@ class SGLangModel(Model):
         known = [limit for limit in limits if limit is not None]
         return min(known) if known else None
 
-    async def _turn_budget(self, delta_len: int) -> int:
-        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets."""
+    async def _turn_budget(self, delta_len: int, *, spent: int | None = None) -> int:
+        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets.
+
+        ``spent``: tokens a continued turn already generated before an abort cut it (they count against its
+        cap; the rooms already hold them); its budget may be 0 (the cut left it no room), never an error."""
         tm = self.token_manager
         cap = self.config["params"].get("max_new_tokens")
         context = await self._context_window()
         context_room = None if context is None else context - len(tm) - delta_len
         budget = self.config["max_response_tokens"]
         response_room = None if budget is None else budget - tm.response_length - delta_len
+        if spent is not None:
+            cap = None if cap is None else cap - spent
+            known = [c for c in (cap, context_room, response_room) if c is not None]
+            return max(0, int(min(known))) if known else _MIN_GENERATION_ROOM
         if context_room is not None and context_room < _MIN_GENERATION_ROOM:
             raise ContextWindowOverflowException(
                 f"the context window ({context} tokens) is full: the trajectory has {len(tm)} tokens and the new "
@@ -542,7 +583,8 @@ class SGLangModel(Model):
 
     # -- output -----------------------------------------------------------------------------------
 
-    def _record_turn(self, result: GenerateResult, elapsed: float) -> None:
+    def _record_turn(self, result: GenerateResult, elapsed: float, *, new_turn: bool = True) -> None:
+        """Append the answer (one generated segment) and count it; a continued turn is not a new turn."""
         info = TurnInfo(
             finish_reason=result.finish_reason,
             prompt_tokens=result.prompt_tokens,
@@ -554,17 +596,17 @@ class SGLangModel(Model):
         if result.output_ids:
             self.token_manager.add_generation(result.output_ids, result.logprobs, info)
         stats = self.stats
-        stats.turns += 1
+        stats.turns += new_turn
         stats.generation_time_s += elapsed
         stats.prompt_tokens += result.prompt_tokens or 0
         stats.cached_tokens += result.cached_tokens or 0
         stats.last_finish_reason = result.finish_reason
 
-    def _parse_output(self, output_ids: Sequence[int], prompt_text: str, schemas: ToolSchemas) -> ParseResult:
+    def _parse_output(
+        self, output_ids: Sequence[int], starts_in_reasoning: bool, schemas: ToolSchemas
+    ) -> ParseResult:
         text = self._renderer.decode(self._renderer.without_stop_token(output_ids))
-        return self.tool_parser.parse(
-            text, starts_in_reasoning=self._renderer.opens_reasoning(prompt_text), tools=schemas
-        )
+        return self.tool_parser.parse(text, starts_in_reasoning=starts_in_reasoning, tools=schemas)
 
     def _record_plan(self, plan: TurnPlan) -> None:
         """Keep what later turns need (errors for the hook, call order, the model's call ids) and count."""
@@ -573,6 +615,45 @@ class SGLangModel(Model):
         self._template_ids.update(plan.template_ids)
         self.stats.parse_errors.update(plan.error_kinds)
         self.stats.tool_calls_parsed += len(plan.valid)
+
+    # -- partial rollout: a turn cut by an abort, and the state a checkpoint saves -------------------
+
+    def _continued_turn(self, messages: Messages) -> PendingTurn | None:
+        """The pending turn this call continues (called with the messages the cut call rendered), or None."""
+        pending = self._pending
+        if pending is None:
+            return None
+        if len(messages) != pending.messages:
+            raise TrajectoryError(
+                f"an abort cut the turn whose input had {pending.messages} messages; it must be continued with "
+                f"them (got {len(messages)}): rebuild the agent on the checkpoint's conversation"
+            )
+        return pending
+
+    def checkpoint_state(self) -> ModelCheckpoint:
+        """What the model knows between turns besides its trajectory (see ``slime_strands.resume``)."""
+        return ModelCheckpoint(
+            messages_seen=self._messages_seen,
+            pending=self._pending,
+            last_tool_ids=tuple(self._last_tool_ids),
+            call_errors={k: (e.kind, e.message, e.raw, e.name) for k, e in self._call_errors.items()},
+            template_ids=dict(self._template_ids),
+            counters=self.stats.counters(),
+        )
+
+    def restore_state(self, trajectory: TokenManager, state: ModelCheckpoint) -> None:
+        """Continue from a checkpoint: ``trajectory`` (rebuilt from it) is the current segment."""
+        self.reset()
+        self.token_manager = trajectory
+        self._messages_seen = state.messages_seen
+        self._pending = state.pending
+        self._last_tool_ids = list(state.last_tool_ids)
+        self._call_errors = {
+            k: ToolCallError(kind=cast(ParseErrorKind, kind), message=message, raw=raw, name=name)
+            for k, (kind, message, raw, name) in state.call_errors.items()
+        }
+        self._template_ids = dict(state.template_ids)
+        self.stats = ModelStats.of(state.counters)
 
     # -- malformed calls reach the model as tool errors ----------------------------------------
 
@@ -587,6 +668,28 @@ class SGLangModel(Model):
         error = self._call_errors.get(str(event.tool_use.get("toolUseId")))
         if error is not None:
             event.cancel_tool = f"Error: invalid tool call ({error.kind}): {error.message}"
+
+
+def _turn_so_far(tm: TokenManager) -> list[int]:
+    """Output a continued turn already has: the generated segments the trajectory ends with."""
+    segments = tm.segments
+    start = len(segments)
+    while start and segments[start - 1].kind == "generated":
+        start -= 1
+    return [t for s in segments[start:] for t in s.token_ids]
+
+
+def _routing_rows_held(tm: TokenManager) -> int:
+    """Positions whose routed-expert rows the trajectory's answers already carry: every one before the last
+    token of the last answer that brought rows (an answer an abort cut may bring none)."""
+    for segment in reversed(tm.segments):
+        if (
+            segment.kind == "generated"
+            and segment.info is not None
+            and "routed_experts" in segment.info.meta_info
+        ):
+            return segment.end - 1
+    return 0
 
 
 def _cut_chars(text: str, limit: int) -> str:
