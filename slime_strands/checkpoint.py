@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import SlimeStrandsError
-from .token_manager import SegmentKind, TokenManager, TurnInfo
+from .token_manager import SegmentKind, TokenManager, TurnInfo, count_turns
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -37,6 +37,7 @@ __all__ = [
     "SegmentCheckpoint",
     "ToolCounters",
     "TrajectoryCheckpoint",
+    "check_plain",
 ]
 
 CHECKPOINT_VERSION = 1
@@ -106,11 +107,7 @@ class TrajectoryCheckpoint:
 
     @property
     def turn_count(self) -> int:
-        """Generated turns: runs of consecutive generated segments (a continued turn is one turn)."""
-        return sum(
-            k == "generated" and (i == 0 or self.kinds[i - 1] != "generated")
-            for i, k in enumerate(self.kinds)
-        )
+        return count_turns(self.kinds)
 
 
 @dataclass(frozen=True)
@@ -194,6 +191,8 @@ class EpisodeCheckpoint:
     """A compaction the abort cut (its summary turn pending): its ``overflowed`` flag; None: none."""
     continuations: int = 0
     """Times the episode had been continued before this checkpoint was taken."""
+    turns_saved: int = 0
+    """Turns the earlier continuations did not generate again (summed over them)."""
     version: int = CHECKPOINT_VERSION
 
     @property
@@ -231,6 +230,7 @@ class EpisodeCheckpoint:
             "compaction_broken": self.compaction_broken,
             "compaction_pending": self.compaction_pending,
             "continuations": self.continuations,
+            "turns_saved": self.turns_saved,
         }
 
     @classmethod
@@ -263,6 +263,7 @@ class EpisodeCheckpoint:
             compaction_broken=d.flag("compaction_broken"),
             compaction_pending=d.optional_flag("compaction_pending"),
             continuations=d.integer("continuations"),
+            turns_saved=d.integer("turns_saved"),
         )
         d.done()
         return checkpoint
@@ -399,7 +400,7 @@ class _Reader:
 
     def mapping(self, key: str) -> Mapping[str, Any]:
         value = self._typed(key, (Mapping,), "a mapping")
-        _check_plain(value, f"{self.where}.{key}")
+        check_plain(value, f"{self.where}.{key}")
         return dict(value)
 
     def sub(self, key: str) -> _Reader:
@@ -521,13 +522,13 @@ def _check_message(message: Any, where: str) -> None:
         raise MalformedCheckpointError(f"{where}: a Strands message with role user or assistant expected")
     if not isinstance(message.get("content"), list):
         raise MalformedCheckpointError(f"{where}: content must be a list of blocks")
-    _check_plain(message, where)
+    check_plain(message, where)
 
 
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 
 
-def _check_plain(value: Any, where: str) -> None:
+def check_plain(value: Any, where: str) -> None:
     """Only JSON types (str-keyed dicts, lists, scalars): what survives every hop a sample makes."""
     stack = [value]
     while stack:

@@ -87,6 +87,9 @@ class ContextCompactor(ConversationManager):
         self._overflowed = False
         self._fit_next = False  # no compaction can help the turn that overflowed: shrink its tool outputs
         self._broken = False  # a compaction failed: no more attempts
+        self.compacting: bool | None = None
+        """While a compaction runs (its summary turn), its ``overflowed`` flag; an abort can leave it set."""
+        self._resume: bool | None = None  # a compaction an abort cut, to finish before the next model call
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         super().register_hooks(registry, **kwargs)
@@ -119,11 +122,26 @@ class ContextCompactor(ConversationManager):
         model.update_config(fit_tool_outputs=fit)
         if event.cancel or (self.should_stop is not None and self.should_stop()):
             return
+        resume, self._resume = self._resume, None
+        if resume is not None:  # its summary turn is pending in the model: continue it, then rewrite
+            await self._compact(agent, overflowed=resume)
+            return
         if not self._can_compact(agent):
             return
         if not overflowed and await model.fill_ratio() < self.settings.trigger_share:
             return
         await self._compact(agent, overflowed=overflowed)
+
+    @property
+    def broken(self) -> bool:
+        """Whether a compaction failed (no more are attempted)."""
+        return self._broken
+
+    def restore(self, *, broken: bool, pending: bool | None) -> None:
+        """Continue from a partial-rollout checkpoint: a compaction it cut (``pending``: its ``overflowed``
+        flag) is finished before the next model call."""
+        self._broken = broken
+        self._resume = pending
 
     @property
     def _exhausted(self) -> bool:
@@ -137,6 +155,7 @@ class ContextCompactor(ConversationManager):
     # -- how ----------------------------------------------------------------------------------------
 
     async def _compact(self, agent: Any, *, overflowed: bool) -> None:
+        self.compacting = overflowed
         model: SGLangModel = agent.model
         messages = agent.messages
         # After an overflow the new messages (tool results) do not fit the closing segment: the summary is
@@ -151,6 +170,7 @@ class ContextCompactor(ConversationManager):
         self.segments.close_main(closed, next_opened_by=self.strategy)
         dropped = len(agent.messages) - len(history) + (summary is not None)
         agent.messages[:] = history
+        self.compacting = None
         logger.debug(
             "slime-strands: %s compaction %d: %d tokens closed, %d messages dropped",
             self.strategy,

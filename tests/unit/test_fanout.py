@@ -123,6 +123,7 @@ def test_segments_round_trip_and_sum_up():
         "tokens_saved": 300,
         "name": "",
         "final_turn_chars": 7,
+        "carried_tokens": 0,
     }
     assert EpisodeRecord.from_metadata(data) == record
     assert (record.compactions, record.tokens_saved, record.subagents) == (1, 300, 1)
