@@ -247,6 +247,10 @@ class PluginSettings:
     collect_subagents: bool = False
     """Train sub-agents run by tools built with ``slime_strands.subagents.subagent_tool``: each sub-agent's
     trajectory becomes a sibling sample of the episode (``generate`` then returns ``list[Sample]``)."""
+    resume_aborted: bool = True
+    """slime's ``--partial-rollout``: an episode the abort stopped continues where it stopped when slime hands
+    its sample back (its conversation, token trajectory, the turn it was generating and its counters are
+    kept on the sample); false starts it again from the prompt."""
     gc_young_threshold: int | None = 100_000
     """Allocations between two young garbage collections (Python's generation-0 threshold, 700 by default):
     raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands

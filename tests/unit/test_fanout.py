@@ -346,10 +346,12 @@ def test_slime_flags_that_cannot_take_lists():
     )
     check_fanout_flags(flags(advantage_estimator="ppo"))  # nothing normalised per group
     check_fanout_flags(flags(rewards_normalization=False))
+    norm = {"custom_reward_post_process_path": "slime_strands.reward_norm.post_process_rewards"}
+    check_fanout_flags(flags(partial_rollout=True, mask_offpolicy_in_partial_rollout=True, **norm))
     with pytest.raises(ConfigurationError) as info:
         check_fanout_flags(flags(partial_rollout=True, group_rm=True))
     text = str(info.value)
-    assert "--partial-rollout" in text and "--group-rm" in text
+    assert "--group-rm" in text and "--partial-rollout" not in text, "partial rollout takes fanned-out episodes"
     assert "--custom-reward-post-process-path slime_strands.reward_norm.post_process_rewards" in text
 
 
