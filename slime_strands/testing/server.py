@@ -542,9 +542,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "max_req_input_len": state.max_req_input_len,
                 },
             )
-        elif (
-            self.path == "/workers"
-        ):  # the router's worker list (sglang-router / SMG): slime's abort() reads it
+        elif self.path == "/workers":
+            # the router's worker list (sglang-router / SMG): slime's abort() aborts each worker it lists
             worker = {"url": state.base_url, "worker_type": "regular", "is_healthy": True}
             self._send(200, {"workers": [worker], "total": 1})
         elif self.path == "/v1/models":
