@@ -351,7 +351,9 @@ def test_slime_flags_that_cannot_take_lists():
     with pytest.raises(ConfigurationError) as info:
         check_fanout_flags(flags(partial_rollout=True, group_rm=True))
     text = str(info.value)
-    assert "--group-rm" in text and "--partial-rollout" not in text, "partial rollout takes fanned-out episodes"
+    assert "--group-rm" in text and "--partial-rollout" not in text, (
+        "partial rollout takes fanned-out episodes"
+    )
     assert "--custom-reward-post-process-path slime_strands.reward_norm.post_process_rewards" in text
 
 

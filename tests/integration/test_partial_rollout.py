@@ -1,0 +1,227 @@
+"""Partial rollout (issue 27): an episode slime aborts continues where it stopped at the next step, token for
+token, through ``rollout.generate`` with slime's abort flag, real HTTP, the real Qwen3 tokenizer and a real
+Strands agent. Every continued sample is compared with the same episode run straight through (the scripted
+policy answers both the same), and checked against every request and answer of its session.
+
+slime's real rollout loop (``generate_rollout_async`` / ``abort()``) drives the same episodes in
+test_partial_rollout_slime.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+import uuid
+
+import partial_tools
+import pytest
+from partial_kit import ContinuingPolicy, assert_same_episode, wait_until
+from partial_tools import HOLD, call
+from slime_helpers import (
+    SLIME_PARAMS,
+    TOP_P_PARAMS,
+    Sample,
+    install_generate_state,
+    make_args,
+    new_sample,
+    record,
+    session_requests,
+)
+
+from slime_strands import SGLangClient, metrics, rollout
+from slime_strands.checkpoint import EpisodeCheckpoint
+from slime_strands.partial_rollout import CHECKPOINT_KEY
+from slime_strands.record import Termination
+from slime_strands.testing import SGLangTestServer
+from slime_strands.testing.invariants import assert_batch_convertible, assert_sample_matches_server
+
+pytestmark = pytest.mark.timeout(120)
+S = Sample.Status
+LAYERS, TOPK = 3, 2
+ANSWER = "The sum is 5.\nAnswer: \\boxed{5}"
+SLOW = call("slow_add", a=2, b=3)
+ADD = call("add_then_abort", a=2, b=3)
+
+
+@pytest.fixture
+def server(tokenizer):
+    with SGLangTestServer(tokenizer, context_length=8192, routed_experts=(LAYERS, TOPK)) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def _tools():
+    HOLD.update(on=False, started=0, finished=0)
+    yield
+    HOLD["on"] = False
+    partial_tools.FLAG["state"] = None
+
+
+def args_for(server, *, mask=False, **strands):
+    return make_args(
+        server,
+        rollout_top_p=0.9,
+        use_rollout_routing_replay=True,
+        num_layers=LAYERS,
+        moe_router_topk=TOPK,
+        partial_rollout=True,
+        mask_offpolicy_in_partial_rollout=mask,
+        strands={"tools": ["partial_tools.slow_add", "partial_tools.add_then_abort"], **strands},
+    )
+
+
+async def aborted_run(server, args, sample, state, *, until):
+    """generate() until ``until()`` holds, then slime's abort: the flag, then every worker's requests."""
+    task = asyncio.create_task(rollout.generate(args, sample, dict(TOP_P_PARAMS)))
+    await wait_until(lambda: until() or task.done())
+    state.aborted = True
+    await SGLangClient(server.base_url).abort()
+    out = await task
+    state.aborted = False  # the next rollout step
+    return out
+
+
+def through_the_buffer(sample):
+    """What slime's buffer and a Ray hop leave of a sample: a pickled copy whose checkpoint is plain JSON."""
+    assert json.loads(json.dumps(sample.metadata[CHECKPOINT_KEY])) == sample.metadata[CHECKPOINT_KEY]
+    return pickle.loads(pickle.dumps(sample))
+
+
+async def reference(server, policy, args, turns):
+    """The same episode straight through: no hold, no abort."""
+    sample = new_sample()
+    policy.script(sample.session_id, *turns)
+    out = await rollout.generate(args, sample, dict(TOP_P_PARAMS))
+    assert out.status == S.COMPLETED
+    return out
+
+
+# -- one abort, every place it can land ------------------------------------------------------------------
+
+CASES = {
+    # where: (turns, hold (turn, mode) or None, tool held, what to wait for)
+    "mid_generation": ((SLOW, SLOW, ANSWER), (2, "running"), False),
+    "queued_before_a_token": ((SLOW, SLOW, ANSWER), (2, "queued"), False),
+    "during_a_tool_run": ((SLOW, SLOW, ANSWER), None, True),
+    "after_a_turn_before_its_tools": ((SLOW, SLOW, ANSWER), (2, "then_abort"), False),
+    "before_a_model_call": ((ADD, SLOW, ANSWER), None, False),
+}
+
+
+@pytest.mark.parametrize("mask", [False, True], ids=["trained", "masked"])
+@pytest.mark.parametrize("where", CASES)
+async def test_a_continued_episode_is_the_uninterrupted_one(server, tokenizer, monkeypatch, where, mask):
+    turns, hold, tool_held = CASES[where]
+    state = install_generate_state(monkeypatch, tokenizer)
+    partial_tools.FLAG["state"] = state
+    policy = ContinuingPolicy(server, tokenizer)
+    policy.on_hold = lambda: setattr(state, "aborted", True)
+    args = args_for(server, mask=mask)
+    sample = new_sample()
+    policy.script(sample.session_id, *turns)
+    if hold is not None:
+        policy.hold(sample.session_id, *hold)
+    HOLD["on"] = tool_held
+
+    out = await aborted_run(
+        server,
+        args,
+        sample,
+        state,
+        until=lambda: (
+            bool(server.in_flight)
+            if hold and hold[1] in ("running", "queued")
+            else HOLD["started"] > 0
+            if tool_held
+            else False
+        ),
+    )
+    assert out is sample and out.status == S.ABORTED and out.reward is None
+    assert record(out).termination is Termination.ABORTED and out.response, "slime marks it start_rollout_id"
+    saved = EpisodeCheckpoint.from_data(out.metadata[CHECKPOINT_KEY])
+    cut_at = list(out.tokens)
+    assert saved.trajectory.rebuild().token_ids == cut_at, "the aborted sample holds the saved trajectory"
+    asked = len(session_requests(server, sample))
+
+    HOLD["on"] = False
+    sample = through_the_buffer(out)
+    out = await rollout.generate(args, sample, dict(TOP_P_PARAMS))
+    assert out.status == S.COMPLETED and CHECKPOINT_KEY not in out.metadata
+    first = session_requests(server, sample)[asked].body["input_ids"]
+    if where in ("mid_generation", "queued_before_a_token"):
+        assert first == cut_at, "the next request continues the cut turn from the saved trajectory"
+    else:
+        assert first[: len(cut_at)] == cut_at and len(first) > len(cut_at), "saved trajectory + tool results"
+    if where == "during_a_tool_run":
+        assert (HOLD["started"], HOLD["finished"]) == (3, 2), "the killed call ran again, then the next one"
+
+    seam = len(cut_at) - (len(out.tokens) - out.response_length)
+    assert_sample_matches_server(
+        out, server, routing_key=sample.session_id, masked_before=seam if mask else 0
+    )
+    assert_batch_convertible([out], args)
+    partial_tools.FLAG["state"] = None  # straight through: nothing aborts it
+    expected = await reference(server, policy, args, turns)
+    assert_same_episode(out, expected, masked_before=seam if mask else 0)
+    rec = record(out)
+    assert rec.continuations == 1 and rec.turns_saved == saved.turns > 0 and rec.regenerations == 1
+    masked = sum(expected.loss_mask[:seam])
+    assert rec.offpolicy_masked_tokens == (masked if mask else 0)
+    assert record(out).segments[-1].carried_tokens == len(cut_at)
+    logged = metrics.aggregate([out, expected])
+    assert logged["continued_episodes"] == 1.0 and logged["turns_saved"] == saved.turns
+
+
+async def test_a_sample_continued_twice(server, tokenizer, monkeypatch):
+    state = install_generate_state(monkeypatch, tokenizer)
+    policy = ContinuingPolicy(server, tokenizer)
+    args = args_for(server, mask=True)
+    turns = (SLOW, SLOW, SLOW, ANSWER)
+    sample = new_sample()
+    policy.script(sample.session_id, *turns)
+    policy.hold(sample.session_id, 2, "running")
+    policy.hold(sample.session_id, 4, "running")
+    out = await aborted_run(server, args, sample, state, until=lambda: bool(server.in_flight))
+    assert out.status == S.ABORTED
+    out = await aborted_run(
+        server, args, through_the_buffer(out), state, until=lambda: bool(server.in_flight)
+    )
+    assert out.status == S.ABORTED and record(out).continuations == 1
+    second_cut = len(out.tokens)
+    out = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+    assert out.status == S.COMPLETED
+    rec = record(out)
+    assert rec.continuations == 2 and rec.turns_saved == 2 + 4, "2 turns saved, then 4 (3 done + the cut one)"
+    seam = second_cut - (len(out.tokens) - out.response_length)
+    assert_sample_matches_server(out, server, routing_key=out.session_id, masked_before=seam)
+    assert_same_episode(out, await reference(server, policy, args, turns), masked_before=seam)
+    assert metrics.aggregate([out])["continued_more_than_once"] == 1.0
+
+
+async def test_a_sample_continued_on_a_restarted_server(tokenizer, monkeypatch):
+    """The server restarts between the steps with new weights: the continuation is sent to the new server,
+    whose answers carry the new weight version; everything else is as if nothing had happened."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    with SGLangTestServer(tokenizer, routed_experts=(LAYERS, TOPK), weight_version="0") as old:
+        policy = ContinuingPolicy(old, tokenizer)
+        sample = new_sample()
+        policy.script(sample.session_id, SLOW, SLOW, ANSWER)
+        policy.hold(sample.session_id, 2, "running")
+        out = await aborted_run(old, args_for(old), sample, state, until=lambda: bool(old.in_flight))
+        old_requests = session_requests(old, sample)
+    assert out.status == S.ABORTED
+    with SGLangTestServer(tokenizer, routed_experts=(LAYERS, TOPK), weight_version="1") as new:
+        policy.move_to(new)
+        args = args_for(new)
+        out = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+        assert out.status == S.COMPLETED
+        assert session_requests(new, sample)[0].body["input_ids"] == list(
+            out.tokens[: len(session_requests(new, sample)[0].body["input_ids"])]
+        )
+        assert out.weight_versions == ["0", "0", "1", "1"], (
+            "turn 1, the cut part of turn 2, then the new policy"
+        )
+        assert len(old_requests) == 2
+        expected = await reference(new, policy, args, (SLOW, SLOW, ANSWER))
+    assert_same_episode(out, expected)
