@@ -12,14 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
-import uuid
 
 import partial_tools
 import pytest
 from partial_kit import ContinuingPolicy, assert_same_episode, wait_until
 from partial_tools import HOLD, call
 from slime_helpers import (
-    SLIME_PARAMS,
     TOP_P_PARAMS,
     Sample,
     install_generate_state,
