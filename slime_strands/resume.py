@@ -170,8 +170,10 @@ class AbortGuard(StopWhen):
     async def kill_on_abort(
         self, context: ExecuteToolContext, next_fn: Callable[[ExecuteToolContext], AsyncGenerator[Any, None]]
     ) -> AsyncGenerator[Any, None]:
-        """``ExecuteToolStage`` middleware: run the call, and cancel it when slime aborts (its result is then
-        an error the checkpoint drops: the call runs again when the episode continues)."""
+        """``ExecuteToolStage`` middleware: run the call, and cancel it when slime aborts. A call slime's abort
+        cut, or one that ended once the abort had begun (its result may be the abort's doing: a sub-agent's
+        request the server aborted), gets an error result the checkpoint drops: it runs again when the
+        episode continues."""
         events: asyncio.Queue[Any] = asyncio.Queue()
 
         async def drain() -> None:  # the call's whole stream in one task: its context stays its own
@@ -183,6 +185,7 @@ class AbortGuard(StopWhen):
 
         runner = asyncio.ensure_future(drain())
         aborted = asyncio.ensure_future(self.signal.wait())
+        result = None  # held back until the call ends: it is only the result if slime has not aborted by then
         try:
             while True:
                 getter = asyncio.ensure_future(events.get())
@@ -192,9 +195,16 @@ class AbortGuard(StopWhen):
                     break
                 item = getter.result()
                 if item is _END:
+                    if self.signal():
+                        break
                     await runner  # the call's own exception, if it raised
+                    if result is not None:
+                        yield result
                     return
-                yield item
+                if isinstance(item, ToolResultEvent):
+                    result = item
+                else:
+                    yield item
             runner.cancel()
             with contextlib.suppress(BaseException):
                 await runner

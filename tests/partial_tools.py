@@ -30,6 +30,7 @@ async def slow_add(a: int, b: int) -> int:
 @tool
 def add_then_abort(a: int, b: int) -> int:
     """Add two integers (and, as it returns, slime aborts the rollout)."""
+    HOLD["started"] += 1
     state = FLAG["state"]
     if state is not None:
         state.aborted = True
