@@ -60,7 +60,8 @@ class ContinuingPolicy:
         self.on_hold: Callable[[], None] = lambda: None
         self.weight_version: str | None = None
         self._progress: dict[str | None, _Progress] = {}
-        self.summaries = 0
+        self.summary_turns: dict[str | None, list[int]] = {}
+        """Per key, the numbers of the turns answered with a summary."""
         self.servers = [server]
         server.responder = self
 
@@ -90,15 +91,14 @@ class ContinuingPolicy:
         previous = {} if answered is None else answered.meta_infos[rid]
         if progress.current is not None and previous.get("finish_reason", {}).get("type") == "abort":
             assert answered is not None
-            served = len(answered.answers.get(rid, ([], []))[0])
-            progress.served += served  # the cut answer's tokens are now the tail of the input
-            assert (
-                input_ids[len(input_ids) - progress.served :] == progress.current[: progress.served]
-                or not served
-            )
+            served = progress.served + len(answered.answers.get(rid, ([], []))[0])
+            continues = input_ids[len(input_ids) - served :] == progress.current[:served]
+            # the cut answer's tokens are now the tail of the input; else the turn is asked again from its
+            # start (a sub-agent killed with its tool call runs again)
+            progress.served = served if continues else 0
         else:
-            progress.current, progress.served = self._next_turn(key, input_ids), 0
             progress.turn += 1
+            progress.current, progress.served = self._next_turn(key, input_ids), 0
         progress.last_rid = str(body.get("rid"))
         rest = progress.current[progress.served :]
         start = len(input_ids)
@@ -114,8 +114,9 @@ class ContinuingPolicy:
     def _next_turn(self, key: str | None, input_ids: list[int]) -> list[int]:
         tail = self.tokenizer.decode(input_ids[-160:])
         if self.summary_mark is not None and self.summary_mark in tail:
-            self.summaries += 1
-            text = f"Summary: additions done so far: {self.summaries}; keep adding."
+            turns = self.summary_turns.setdefault(key, [])
+            turns.append(self._progress[key].turn)
+            text = f"Summary {len(turns)}: the additions are going well; keep adding."
         else:
             text = self.scripts[key].pop(0)
         return [*self.tokenizer.encode(text, add_special_tokens=False), self.end]

@@ -120,20 +120,17 @@ def assert_sample_invariants(sample: Any, tm: TokenManager | None = None, *, mas
 
 
 def _kept(requests: Sequence[RecordedRequest], server: SGLangTestServer | None) -> list[RecordedRequest]:
-    """The requests whose answers are in the trajectory: an answer the server aborted on its own is dropped
-    when the client sent the same input again (a retried turn)."""
+    """The requests whose answers can be in the trajectory: one whose input the client sent again later was
+    superseded (a turn the server aborted on its own and was retried, or a sub-agent whose tool call slime's
+    abort killed and that ran again when its episode continued)."""
     kept = []
     for i, request in enumerate(requests):
-        meta = (
-            server.meta_infos.get(request.body.get("rid"), {}) if server is not None and request.body else {}
-        )
-        retried = any(
+        sent_again = any(
             later.body and later.body.get("input_ids") == request.body.get("input_ids")
             for later in requests[i + 1 :]
         )
-        if (meta.get("finish_reason") or {}).get("type") == "abort" and retried:
-            continue
-        kept.append(request)
+        if not sent_again:
+            kept.append(request)
     return kept
 
 
@@ -152,23 +149,30 @@ def _answer_for(
 
 
 def assert_sample_matches_server(
-    sample: Any, server: SGLangTestServer, *, routing_key: str | None = None, masked_before: int = 0
+    sample: Any,
+    server: SGLangTestServer,
+    *,
+    routing_key: str | None = None,
+    masked_before: int = 0,
+    requests: Sequence[RecordedRequest] | None = None,
 ) -> None:
     """Invariants 1-3 and 5-6 from slime's side: rebuild the expected mask and logprobs from what the server
     saw and answered, and compare with the Sample (for rollouts whose TokenManager is not at hand). A sample
     continued after an abort is checked across the seam (the turn the abort cut is two answers);
-    ``masked_before`` as in :func:`assert_sample_invariants`."""
+    ``masked_before`` as in :func:`assert_sample_invariants`; ``requests``: the sample's own requests, when
+    the routing key's requests hold several samples (an episode's trajectory segments)."""
     assert_sample_invariants(sample, masked_before=masked_before)
     tokens = list(sample.tokens)
     prompt_len = len(tokens) - sample.response_length
     expected_mask = [0] * len(tokens)
     expected_lps = [0.0] * len(tokens)
     last_end = prompt_len
-    requests = [
-        r
-        for r in server.generate_requests
-        if routing_key is None or r.headers.get("x-smg-routing-key") == routing_key
-    ]
+    if requests is None:
+        requests = [
+            r
+            for r in server.generate_requests
+            if routing_key is None or r.headers.get("x-smg-routing-key") == routing_key
+        ]
     for request in _kept(requests, server):
         answer = server.answers.get(request.body.get("rid"))
         if answer is None:

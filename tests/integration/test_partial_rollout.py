@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
+import types
 
 import partial_tools
 import pytest
+from fanout_kit import SUMMARY_MARK, add_call
 from partial_kit import ContinuingPolicy, assert_same_episode, wait_until
 from partial_tools import HOLD, call
 from slime_helpers import (
@@ -29,7 +31,7 @@ from slime_helpers import (
 
 from slime_strands import SGLangClient, metrics, rollout
 from slime_strands.checkpoint import EpisodeCheckpoint
-from slime_strands.partial_rollout import CHECKPOINT_KEY
+from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
 from slime_strands.record import Termination
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_batch_convertible, assert_sample_matches_server
@@ -40,6 +42,7 @@ LAYERS, TOPK = 3, 2
 ANSWER = "The sum is 5.\nAnswer: \\boxed{5}"
 SLOW = call("slow_add", a=2, b=3)
 ADD = call("add_then_abort", a=2, b=3)
+CALL_HELPER = call("helper", task="Add 2 and 3.")
 
 
 @pytest.fixture
@@ -224,3 +227,122 @@ async def test_a_sample_continued_on_a_restarted_server(tokenizer, monkeypatch):
         assert len(old_requests) == 2
         expected = await reference(new, policy, args, (SLOW, SLOW, ANSWER))
     assert_same_episode(out, expected)
+
+
+# -- fan-out: compaction and sub-agents --------------------------------------------------------------------
+
+WINDOW = 1024  # a 16-turn episode compacts about once
+SIXTEEN = tuple([add_call(i) for i in range(15)] + ["All 15 additions are done.\nAnswer: \\boxed{16}"])
+
+
+def fanout_args(server, **strands):
+    return make_args(
+        server,
+        rollout_top_p=0.9,
+        use_rollout_routing_replay=True,
+        num_layers=LAYERS,
+        moe_router_topk=TOPK,
+        partial_rollout=True,
+        mask_offpolicy_in_partial_rollout=True,
+        custom_rm_path="slime_strands.reward.math_reward",
+        strands={"tools": ["rollout_tools.add", "rollout_tools.helper"], "max_tool_iters": None, **strands},
+    )
+
+
+def segment_requests(server, key, sample):
+    """The requests of ``key`` whose input is a prefix of ``sample``'s tokens holding its prompt."""
+    prompt_len = len(sample.tokens) - sample.response_length
+    return [
+        r
+        for r in session_requests(server, types.SimpleNamespace(session_id=key))
+        if len(r.body["input_ids"]) >= prompt_len
+        and sample.tokens[: len(r.body["input_ids"])] == r.body["input_ids"]
+    ]
+
+
+def assert_same_segments(server, continued, reference, key):
+    """Segment by segment, the continued episode's samples are the reference's; tokens written before the
+    seam (closed segments whole, the cut one up to the cut) are masked, and each checks against its requests."""
+    assert isinstance(continued, EpisodeSamples) and len(continued) == len(reference) > 1
+    rec = record(continued[-1])
+    for sample, expected, segment in zip(continued, reference, rec.segments, strict=True):
+        prompt_len = len(sample.tokens) - sample.response_length
+        masked = max(0, min(sample.response_length, segment.carried_tokens - prompt_len))
+        assert_same_episode(sample, expected, masked_before=masked)
+        assert_sample_matches_server(
+            sample, server, masked_before=masked, requests=segment_requests(server, key, sample)
+        )
+        assert sample.rollout_id == continued[-1].rollout_id and sample.reward == expected.reward == 1.0, (
+            "every segment gets the episode's reward"
+        )
+    assert_batch_convertible(list(continued), fanout_args(server))
+    return rec
+
+
+@pytest.mark.parametrize(
+    ("where", "offset", "mode"),
+    [
+        ("the summary turn", 0, "running"),
+        ("the first turn after the compaction", 1, "running"),
+        ("before the first call after the compaction", 0, "then_abort"),
+    ],
+)
+async def test_a_compacting_episode_continues_across_its_segments(
+    tokenizer, monkeypatch, where, offset, mode
+):
+    state = install_generate_state(monkeypatch, tokenizer)
+    with SGLangTestServer(tokenizer, context_length=WINDOW, routed_experts=(LAYERS, TOPK)) as server:
+        policy = ContinuingPolicy(server, tokenizer, summary_mark=SUMMARY_MARK)
+        policy.on_hold = lambda: setattr(state, "aborted", True)
+        args = fanout_args(server, context_management="summarize")
+        ref = new_sample(index=0)
+        ref.label = "16"
+        policy.script(ref.session_id, *SIXTEEN)
+        expected = await rollout.generate(args, ref, dict(TOP_P_PARAMS))
+        summary_turn = policy.summary_turns[ref.session_id][0]
+
+        sample = new_sample(index=1)
+        sample.label = "16"
+        policy.script(sample.session_id, *SIXTEEN)
+        policy.hold(sample.session_id, summary_turn + offset, mode)
+        out = await aborted_run(server, args, sample, state, until=lambda: bool(server.in_flight))
+        assert out is sample and out.status == S.ABORTED, "an aborted fanned-out episode is one Sample"
+        saved = EpisodeCheckpoint.from_data(out.metadata[CHECKPOINT_KEY])
+        assert (saved.compaction_pending is not None) == (where == "the summary turn")
+        assert len(saved.closed) == (0 if where == "the summary turn" else 1)
+
+        continued = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+        rec = assert_same_segments(server, continued, expected, sample.session_id)
+    assert rec.continuations == 1 and rec.compactions == record(expected[-1]).compactions
+    carried = [s.carried_tokens for s in rec.segments]
+    if where == "the summary turn":
+        assert 0 < carried[0] < len(continued[0].tokens) and carried[1:] == [0] * (len(carried) - 1)
+    else:  # the closed segment was written before the seam, whole; the open one up to the cut
+        assert carried[0] == len(continued[0].tokens)
+        assert (carried[1] > 0) == (where == "the first turn after the compaction")
+
+
+async def test_a_subagent_running_at_the_abort_runs_again(tokenizer, monkeypatch):
+    """The helper's sub-agent is generating when slime aborts: its tool call is killed (the sub-agent with
+    it) and runs again when the episode continues; the collected sub-agent segment is the uninterrupted one."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    helper_turns = (CALL_HELPER, add_call(2, 3), "The sum is 5.", ANSWER)
+    with SGLangTestServer(tokenizer, routed_experts=(LAYERS, TOPK)) as server:
+        policy = ContinuingPolicy(server, tokenizer)
+        args = fanout_args(server, collect_subagents=True)
+        ref = new_sample(index=0)
+        policy.script(ref.session_id, *helper_turns)
+        expected = await rollout.generate(args, ref, dict(TOP_P_PARAMS))
+        assert [record(s).segments[i].kind for i, s in enumerate(expected)] == ["subagent", "main"]
+
+        sample = new_sample(index=1)
+        policy.script(sample.session_id, *helper_turns)
+        policy.hold(sample.session_id, 3, "running")  # the sub-agent's second turn
+        out = await aborted_run(server, args, sample, state, until=lambda: bool(server.in_flight))
+        assert out.status == S.ABORTED
+        saved = EpisodeCheckpoint.from_data(out.metadata[CHECKPOINT_KEY])
+        assert saved.closed == () and saved.messages[-1]["role"] == "assistant", "the helper call runs again"
+        policy.script(sample.session_id, *helper_turns[1:])  # the sub-agent runs again from its start
+        continued = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+        rec = assert_same_segments(server, continued, expected, sample.session_id)
+    assert rec.subagents == 1 and rec.tool_calls == 1
