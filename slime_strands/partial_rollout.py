@@ -16,15 +16,14 @@ it they are trained like the rest. ``sample.weight_versions`` has one entry per 
 change at the seam is visible.
 
 slime's ``abort()`` reads ``.response`` and ``.metadata`` of every member of an aborted group, and re-entry
-reads ``.status``, ``.response_length`` and ``.reward`` and sets ``.loss_mask``: a finished fanned-out episode
-in such a group is :class:`EpisodeSamples`, a ``list[Sample]`` that answers those as its last sample does; an
-aborted one is its one Sample.
+reads ``.status``, ``.response_length``, ``.reward`` and ``.session_id`` and sets ``.loss_mask``: a finished
+fanned-out episode in such a group is :class:`EpisodeSamples`, a ``list[Sample]`` that answers those as its
+last sample does; an aborted one is its one Sample.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from .checkpoint import EpisodeCheckpoint, MalformedCheckpointError
@@ -77,33 +76,25 @@ def save_checkpoint(sample: Any, record: EpisodeRecord) -> None:
 class EpisodeSamples(list[Any]):
     """The samples of one fanned-out episode (one per trajectory segment, the episode's last segment last).
 
-    A plain ``list[Sample]`` to slime's batching; to the partial-rollout code that reads a group member as
-    one Sample it answers as its last sample (which holds the final answer): ``response``, ``metadata``,
-    ``status``, ``reward``, ``response_length``. Setting ``loss_mask`` to zeros (slime masking an older
-    policy's tokens) zeroes every member's."""
+    A plain ``list[Sample]`` to slime's batching; to the code that reads a group member as one Sample
+    (``abort()``: ``response``, ``metadata``; re-entry: ``status``, ``response_length``, ``reward``,
+    ``session_id``) it answers as its last sample, which holds the final answer. Setting ``session_id`` sets
+    every member's (one episode, one session); setting ``loss_mask`` to zeros (slime masking an older policy's
+    tokens) zeroes every member's."""
 
-    def __init__(self, samples: Iterable[Any] = ()) -> None:
-        super().__init__(samples)
-
-    @property
-    def response(self) -> str:
-        return str(self[-1].response) if self else ""
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self[-1].metadata if self else {}
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or not len(self):
+            raise AttributeError(name)
+        return getattr(self[-1], name)
 
     @property
-    def status(self) -> Any:
-        return self[-1].status if self else None
+    def session_id(self) -> Any:
+        return self[-1].session_id if self else None
 
-    @property
-    def reward(self) -> Any:
-        return self[-1].reward if self else None
-
-    @property
-    def response_length(self) -> int:
-        return int(self[-1].response_length) if self else 0
+    @session_id.setter
+    def session_id(self, value: Any) -> None:
+        for sample in self:
+            sample.session_id = value
 
     @property
     def loss_mask(self) -> Any:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import importlib.util
 import os
 import sys
+import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,7 @@ class ContinuingPolicy:
         self.summary_mark = summary_mark
         self.scripts: dict[str | None, list[str]] = {}
         self.holds: dict[tuple[str | None, int], str] = {}
+        self.gates: dict[tuple[str | None, int], threading.Event] = {}
         self.on_hold: Callable[[], None] = lambda: None
         self.weight_version: str | None = None
         self._progress: dict[str | None, _Progress] = {}
@@ -78,6 +82,10 @@ class ContinuingPolicy:
     def hold(self, key: str | None, turn: int, mode: str = "running") -> None:
         assert mode in ("running", "queued", "then_abort")
         self.holds[(key, turn)] = mode
+
+    def gate(self, key: str | None, turn: int, event: threading.Event) -> None:
+        """The turn's first request is answered only once ``event`` is set (the server's thread waits)."""
+        self.gates[(key, turn)] = event
 
     def turns_done(self, key: str | None) -> int:
         return self._progress[key].turn
@@ -103,6 +111,9 @@ class ContinuingPolicy:
         rest = progress.current[progress.served :]
         start = len(input_ids)
         lps = [logprob(start + i, t) for i, t in enumerate(rest)]
+        gate = self.gates.pop((key, progress.turn), None)
+        if gate is not None:
+            gate.wait(HOLD_S)
         mode = self.holds.pop((key, progress.turn), None)
         if mode == "then_abort":
             self.on_hold()
@@ -173,23 +184,32 @@ _IMPORT_ONLY = ("ray", "pylatexenc")
 reward's LaTeX parser): where they are not installed, empty placeholders let slime's real code import."""
 
 
-def real_slime() -> types.ModuleType | None:
-    """slime's real ``slime.rollout.sglang_rollout`` (the snapshot in ``$SLIME_DIR`` or ../shared/slime next
-    to the repository), or None where slime's source is not at hand."""
-    candidates = [os.environ.get("SLIME_DIR"), str(Path(__file__).resolve().parents[2] / "shared" / "slime")]
-    candidates += ["/work/shared/slime"]
+@contextmanager
+def real_slime() -> Iterator[types.ModuleType | None]:
+    """slime's real ``slime.rollout.sglang_rollout`` (the source in ``$SLIME_DIR``, or a snapshot in
+    ``shared/slime`` beside the repository or one of its parents), or None where slime's source is not at hand. On exit slime's
+    modules (and the placeholders) leave ``sys.modules`` again, with its singletons (GenerateState, the
+    HTTP client): other tests see no slime, and the next test a fresh one."""
+    modules, path = set(sys.modules), list(sys.path)
+    here = Path(__file__).resolve()
+    candidates = [os.environ.get("SLIME_DIR"), *(str(up / "shared" / "slime") for up in here.parents[1:])]
     for candidate in [c for c in candidates if c]:
-        if (
-            Path(candidate) / "slime" / "rollout" / "sglang_rollout.py"
-        ).exists() and candidate not in sys.path:
+        if (Path(candidate) / "slime" / "rollout" / "sglang_rollout.py").exists():
             sys.path.append(candidate)
             break
     for name in _IMPORT_ONLY:
-        if importlib.util.find_spec(name) is None:
+        if name not in sys.modules and importlib.util.find_spec(name) is None:
             placeholder = types.ModuleType(name)
             placeholder.latex2text = None  # type: ignore[attr-defined]
-            sys.modules.setdefault(name, placeholder)
+            sys.modules[name] = placeholder
     try:
-        return importlib.import_module("slime.rollout.sglang_rollout")
+        module: types.ModuleType | None = importlib.import_module("slime.rollout.sglang_rollout")
     except ImportError:
-        return None
+        module = None
+    try:
+        yield module
+    finally:
+        for name in set(sys.modules) - modules:
+            if name.split(".")[0] in ("slime", *_IMPORT_ONLY):
+                del sys.modules[name]
+        sys.path[:] = path
