@@ -93,13 +93,16 @@ class TrajectoryCheckpoint:
                 elif kind == "observation":
                     tm.add_observation(part)
                 else:
-                    tm.add_generation(part, logprobs[sampled : sampled + length], next(turns))
+                    turn = next(turns, None)
+                    if turn is None:
+                        raise MalformedCheckpointError("the turns do not match the generated segments")
+                    tm.add_generation(part, logprobs[sampled : sampled + length], turn)
                     sampled += length
-            except (ValueError, StopIteration) as exc:
+            except ValueError as exc:
                 raise MalformedCheckpointError(f"segment {kind} at {at} does not rebuild: {exc}") from exc
             at += length
         if sampled != len(logprobs) or next(turns, None) is not None:
-            raise MalformedCheckpointError("logprobs or turns do not match the generated segments")
+            raise MalformedCheckpointError("the logprobs or turns do not match the generated segments")
         return tm
 
     def __len__(self) -> int:

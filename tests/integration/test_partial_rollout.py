@@ -29,12 +29,13 @@ from slime_helpers import (
     session_requests,
 )
 
-from slime_strands import SGLangClient, metrics, rollout
-from slime_strands.checkpoint import EpisodeCheckpoint
+from slime_strands import SGLangClient, SGLangModel, metrics, rollout
+from slime_strands.checkpoint import EpisodeCheckpoint, ModelCheckpoint, ModelCounters, PendingTurn
 from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
 from slime_strands.record import Termination
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_batch_convertible, assert_sample_matches_server
+from slime_strands.token_manager import TokenManager, TurnInfo
 
 pytestmark = pytest.mark.timeout(120)
 S = Sample.Status
@@ -59,7 +60,9 @@ def _tools():
     partial_tools.FLAG["state"] = None
 
 
-def args_for(server, *, mask=False, **strands):
+def args_for(
+    server, *, mask=False, tools=("partial_tools.slow_add", "partial_tools.add_then_abort"), **strands
+):
     return make_args(
         server,
         rollout_top_p=0.9,
@@ -68,7 +71,7 @@ def args_for(server, *, mask=False, **strands):
         moe_router_topk=TOPK,
         partial_rollout=True,
         mask_offpolicy_in_partial_rollout=mask,
-        strands={"tools": ["partial_tools.slow_add", "partial_tools.add_then_abort"], **strands},
+        strands={"tools": list(tools), **strands},
     )
 
 
@@ -346,3 +349,46 @@ async def test_a_subagent_running_at_the_abort_runs_again(tokenizer, monkeypatch
         continued = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
         rec = assert_same_segments(server, continued, expected, sample.session_id)
     assert rec.subagents == 1 and rec.tool_calls == 1
+
+
+# -- the sandbox, and a turn the abort left no room -----------------------------------------------------
+
+
+async def test_a_sandbox_run_in_flight_at_the_abort_is_killed_and_runs_again(server, tokenizer, monkeypatch):
+    """The model's code is running in the sandbox when slime aborts: the run is killed (without that the
+    held run would sleep 600 s and the test time out), and the call runs again when the episode continues."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    policy = ContinuingPolicy(server, tokenizer)
+    args = args_for(server, tools=["partial_tools.python"])
+    code = call("python", code="print(2 + 3)")
+    sample = new_sample()
+    policy.script(sample.session_id, code, ANSWER)
+    HOLD["on"] = True
+    out = await aborted_run(server, args, sample, state, until=lambda: HOLD["started"] > 0)
+    assert out.status == S.ABORTED and (HOLD["started"], HOLD["finished"]) == (1, 0)
+    saved = EpisodeCheckpoint.from_data(out.metadata[CHECKPOINT_KEY])
+    assert saved.tools.tool_iters == 0 and saved.messages[-1]["role"] == "assistant", "the call runs again"
+    HOLD["on"] = False
+    out = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+    assert out.status == S.COMPLETED and (HOLD["started"], HOLD["finished"]) == (2, 1)
+    assert "<tool_response>\n5\n" in out.response
+    assert_sample_matches_server(out, server, routing_key=sample.session_id)
+    assert_same_episode(out, await reference(server, policy, args, (code, ANSWER)))
+
+
+async def test_a_cut_turn_with_no_room_left_ends_there(server, tokenizer):
+    """The abort cut a turn just as it reached its ``max_new_tokens``: continuing it asks the server for
+    nothing more; the turn ends ``length``, as it would have without the abort."""
+    model = SGLangModel(tokenizer=tokenizer, base_url=server.base_url, params={"max_new_tokens": 4})
+    tm = TokenManager()
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
+    tm.add_prompt(tokenizer.encode(prompt, add_special_tokens=False))
+    tm.add_generation([9707, 11, 1879, 0], [-0.1] * 4, TurnInfo("abort"))
+    state = ModelCheckpoint(1, PendingTurn(1, False), (), {}, {}, ModelCounters(turns=1))
+    model.restore_state(tm, state)
+    events = [e async for e in model.stream([{"role": "user", "content": [{"text": "hi"}]}])]
+    assert not server.generate_requests, "no request: the turn had its tokens"
+    assert any(e.get("messageStop", {}).get("stopReason") == "max_tokens" for e in events)
+    assert model.stats.turns == 1 and model.token_manager is tm
