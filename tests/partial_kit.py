@@ -62,6 +62,8 @@ class ContinuingPolicy:
         self.holds: dict[tuple[str | None, int], str] = {}
         self.gates: dict[tuple[str | None, int], threading.Event] = {}
         self.on_hold: Callable[[], None] = lambda: None
+        self.latency_s = 0.0
+        """Seconds a whole turn takes to generate (the rest of a cut turn: its share); an abort ends it."""
         self.weight_version: str | None = None
         self._progress: dict[str | None, _Progress] = {}
         self.summary_turns: dict[str | None, list[int]] = {}
@@ -119,7 +121,7 @@ class ContinuingPolicy:
             self.on_hold()
         elif mode == "queued":
             return Turn(token_ids=[], delay_s=HOLD_S, weight_version=self.weight_version)
-        delay = HOLD_S if mode == "running" else 0.0
+        delay = HOLD_S if mode == "running" else self.latency_s * len(rest) / len(progress.current)
         return Turn(token_ids=rest[:-1], logprobs=lps, delay_s=delay, weight_version=self.weight_version)
 
     def _next_turn(self, key: str | None, input_ids: list[int]) -> list[int]:
