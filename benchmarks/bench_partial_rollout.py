@@ -159,11 +159,12 @@ def format_report(opts: argparse.Namespace, runs: dict[str, list[dict[str, Any]]
     for mode, rows in runs.items():
         generated = sum(r["generated"] for r in rows)
         trained = sum(r["trained"] for r in rows)
-        wall = sum(r["wall_s"] for r in rows)
+        later = rows[1:] or rows  # the first step also loads the tokenizer and starts slime's state
+        rate = sum(r["trained"] for r in later) / max(sum(r["wall_s"] for r in later), 1e-9)
         lines.append(
             f"{mode}: {generated} turns generated, {trained} trained ({trained / max(1, generated):.0%}), "
-            f"{sum(r['saved'] for r in rows)} saved, {sum(r['long'] for r in rows)} long episodes trained, "
-            f"{wall:.1f} s, {trained / max(wall, 1e-9):.1f} trained turns/s"
+            f"{sum(r['saved'] for r in rows)} saved ({sum(r['saved'] for r in rows) / len(rows):.1f} a step), "
+            f"{sum(r['long'] for r in rows)} long episodes trained, {rate:.1f} trained turns/s after step 0"
         )
     return "\n".join(lines)
 

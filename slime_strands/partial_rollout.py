@@ -67,9 +67,10 @@ def take_checkpoint(sample: Any) -> EpisodeCheckpoint | None:
 
 
 def save_checkpoint(sample: Any, record: EpisodeRecord) -> None:
-    """Leave the checkpoint of an episode slime aborted on its (ABORTED) sample."""
+    """Leave the checkpoint of a training episode slime aborted on its (ABORTED) sample."""
     status = getattr(getattr(sample, "status", None), "name", None)
-    if record.termination is Termination.ABORTED and record.checkpoint is not None and status == "ABORTED":
+    aborted = record.termination is Termination.ABORTED and status == "ABORTED"
+    if aborted and record.checkpoint is not None and not record.evaluation:
         sample.metadata[CHECKPOINT_KEY] = record.checkpoint.to_data()
 
 

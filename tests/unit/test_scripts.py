@@ -379,7 +379,9 @@ def test_partial_rollout_is_one_switch(sandbox, env, expected):
     assert result.returncode == 0, result.stderr
     args = train_args(result.stdout)
     flags = ("--partial-rollout", "--over-sampling-batch-size", "--mask-offpolicy-in-partial-rollout")
-    found = [a for i, a in enumerate(args) if a in flags or (i and args[i - 1] == "--over-sampling-batch-size")]
+    found = [
+        a for i, a in enumerate(args) if a in flags or (i and args[i - 1] == "--over-sampling-batch-size")
+    ]
     assert found == expected
 
 
