@@ -18,13 +18,16 @@ slime's buffer), token ids as base64 int32 and logprobs as base64 float64 (exact
 from __future__ import annotations
 
 import base64
+import dataclasses
 import sys
 from array import array
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import SlimeStrandsError
+from .model_stats import ModelStats
 from .token_manager import SegmentKind, TokenManager, TurnInfo, count_turns
 
 __all__ = [
@@ -32,7 +35,6 @@ __all__ = [
     "EpisodeCheckpoint",
     "MalformedCheckpointError",
     "ModelCheckpoint",
-    "ModelCounters",
     "PendingTurn",
     "SegmentCheckpoint",
     "ToolCounters",
@@ -136,21 +138,6 @@ class PendingTurn:
 
 
 @dataclass(frozen=True)
-class ModelCounters:
-    """``slime_strands.model.ModelStats`` as saved."""
-
-    turns: int = 0
-    generation_time_s: float = 0.0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    tool_calls_parsed: int = 0
-    parse_errors: Mapping[str, int] = field(default_factory=dict)
-    tool_outputs_truncated: int = 0
-    overhead_s: float = 0.0
-    last_finish_reason: str | None = None
-
-
-@dataclass(frozen=True)
 class ModelCheckpoint:
     """What an ``SGLangModel`` knows between turns besides its trajectory."""
 
@@ -160,7 +147,8 @@ class ModelCheckpoint:
     call_errors: Mapping[str, tuple[str, str, str, str | None]]
     """``toolUseId`` -> (kind, message, raw, name) of a malformed call whose error result is still due."""
     template_ids: Mapping[str, str]
-    counters: ModelCounters
+    counters: ModelStats
+    """The model's counters (a copy)."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +175,7 @@ class EpisodeCheckpoint:
     closed: tuple[SegmentCheckpoint, ...]
     model: ModelCheckpoint
     tools: ToolCounters
-    subagents: tuple[ModelCounters, ...] = ()
+    subagents: tuple[ModelStats, ...] = ()
     """Counters of the collected sub-agents whose segments are in ``closed``."""
     compaction_broken: bool = False
     compaction_pending: bool | None = None
@@ -314,18 +302,10 @@ def _trajectory_data(t: TrajectoryCheckpoint) -> dict[str, Any]:
     }
 
 
-def _counters_data(c: ModelCounters) -> dict[str, Any]:
-    return {
-        "turns": c.turns,
-        "generation_time_s": c.generation_time_s,
-        "prompt_tokens": c.prompt_tokens,
-        "cached_tokens": c.cached_tokens,
-        "tool_calls_parsed": c.tool_calls_parsed,
-        "parse_errors": dict(c.parse_errors),
-        "tool_outputs_truncated": c.tool_outputs_truncated,
-        "overhead_s": c.overhead_s,
-        "last_finish_reason": c.last_finish_reason,
-    }
+def _counters_data(stats: ModelStats) -> dict[str, Any]:
+    data = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
+    data["parse_errors"] = dict(stats.parse_errors)
+    return data
 
 
 def _model_data(m: ModelCheckpoint) -> dict[str, Any]:
@@ -462,23 +442,22 @@ def _read_segment(d: _Reader) -> SegmentCheckpoint:
     return segment
 
 
-def _read_counters(d: _Reader) -> ModelCounters:
-    errors = d.mapping("parse_errors")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in errors.values()):
-        raise MalformedCheckpointError(f"{d.where}.parse_errors: counts must be integers")
-    counters = ModelCounters(
-        turns=d.integer("turns"),
-        generation_time_s=d.number("generation_time_s"),
-        prompt_tokens=d.integer("prompt_tokens"),
-        cached_tokens=d.integer("cached_tokens"),
-        tool_calls_parsed=d.integer("tool_calls_parsed"),
-        parse_errors=errors,
-        tool_outputs_truncated=d.integer("tool_outputs_truncated"),
-        overhead_s=d.number("overhead_s"),
-        last_finish_reason=d.optional_text("last_finish_reason"),
-    )
+def _read_counters(d: _Reader) -> ModelStats:
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(ModelStats):
+        if f.name == "parse_errors":
+            errors = d.mapping(f.name)
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in errors.values()):
+                raise MalformedCheckpointError(f"{d.where}.parse_errors: counts must be integers")
+            values[f.name] = Counter(errors)
+        elif f.name.endswith("_s"):
+            values[f.name] = d.number(f.name)
+        elif f.name == "last_finish_reason":
+            values[f.name] = d.optional_text(f.name)
+        else:
+            values[f.name] = d.integer(f.name)
     d.done()
-    return counters
+    return ModelStats(**values)
 
 
 def _read_model(d: _Reader) -> ModelCheckpoint:

@@ -11,7 +11,7 @@ then closes the trajectory so far and the next call renders the rewritten conver
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import copy
 import json
 import logging
 import time
@@ -19,7 +19,6 @@ import weakref
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from strands.hooks import BeforeToolCallEvent
@@ -30,7 +29,7 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
 from .chat import ChatRenderer, to_template_messages, to_template_tools
-from .checkpoint import ModelCheckpoint, ModelCounters, PendingTurn
+from .checkpoint import ModelCheckpoint, PendingTurn
 from .client import (
     SGLANG_CONTEXT_MARGIN,
     GenerateResult,
@@ -40,6 +39,7 @@ from .client import (
 )
 from .errors import SlimeStrandsError
 from .families import select_tool_parser
+from .model_stats import ModelStats
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
 from .tool_parsers.base import ParseErrorKind
@@ -126,32 +126,6 @@ class ResponseBudgetExhaustedError(SlimeStrandsError, ContextWindowOverflowExcep
 
 class GenerationAbortedError(SlimeStrandsError, RuntimeError):
     """The server aborted the request (``finish_reason.type == "abort"``)."""
-
-
-@dataclass
-class ModelStats:
-    """Per-trajectory counters kept by the model (reset with :meth:`SGLangModel.reset`)."""
-
-    turns: int = 0
-    generation_time_s: float = 0.0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    tool_calls_parsed: int = 0
-    parse_errors: Counter[str] = field(default_factory=Counter)
-    tool_outputs_truncated: int = 0
-    overhead_s: float = 0.0
-    """Client-side time of the turns (rendering, tokenizing, decoding, parsing), request time excluded."""
-    last_finish_reason: str | None = None
-
-    def counters(self) -> ModelCounters:
-        """The counters as a frozen record (what a partial-rollout checkpoint saves)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return ModelCounters(**{**values, "parse_errors": dict(self.parse_errors)})
-
-    @classmethod
-    def of(cls, counters: ModelCounters) -> ModelStats:
-        values = {f.name: getattr(counters, f.name) for f in dataclasses.fields(cls)}
-        return cls(**{**values, "parse_errors": Counter(counters.parse_errors)})
 
 
 class SGLangModel(Model):
@@ -638,7 +612,7 @@ class SGLangModel(Model):
             last_tool_ids=tuple(self._last_tool_ids),
             call_errors={k: (e.kind, e.message, e.raw, e.name) for k, e in self._call_errors.items()},
             template_ids=dict(self._template_ids),
-            counters=self.stats.counters(),
+            counters=copy.deepcopy(self.stats),
         )
 
     def restore_state(self, trajectory: TokenManager, state: ModelCheckpoint) -> None:
@@ -653,7 +627,7 @@ class SGLangModel(Model):
             for k, (kind, message, raw, name) in state.call_errors.items()
         }
         self._template_ids = dict(state.template_ids)
-        self.stats = ModelStats.of(state.counters)
+        self.stats = copy.deepcopy(state.counters)
 
     # -- malformed calls reach the model as tool errors ----------------------------------------
 

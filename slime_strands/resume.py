@@ -259,7 +259,7 @@ def capture(
         closed=segments.checkpoint(),
         model=state,
         tools=dataclasses.replace(counters, tool_time_s=guard.counters().tool_time_s),
-        subagents=tuple(s.counters() for s in segments.subagent_stats),
+        subagents=tuple(copy.deepcopy(s) for s in segments.subagent_stats),
         compaction_broken=compactor is not None and compactor.broken,
         compaction_pending=pending_compaction,
         continuations=continuations,

@@ -12,12 +12,14 @@ tools find it in Strands' ``invocation_state`` under :data:`SEGMENTS_KEY`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 from collections.abc import Sequence
 
-from .checkpoint import ModelCounters, SegmentCheckpoint, TrajectoryCheckpoint
-from .model import ModelStats, SGLangModel
+from .checkpoint import SegmentCheckpoint, TrajectoryCheckpoint
+from .model import SGLangModel
+from .model_stats import ModelStats
 from .record import OUTCOMES, SegmentRecord, Termination
 from .token_manager import TokenManager
 
@@ -110,7 +112,7 @@ class EpisodeSegments:
         self,
         closed: Sequence[tuple[SegmentCheckpoint, TokenManager]],
         opened_by: str,
-        subagents: Sequence[ModelCounters],
+        subagents: Sequence[ModelStats],
         *,
         open_trajectory: TokenManager,
     ) -> None:
@@ -123,7 +125,7 @@ class EpisodeSegments:
             if saved.kind == "main":
                 self._main.append(tm)
         self._opened_by = opened_by
-        self.subagent_stats = [ModelStats.of(c) for c in subagents]
+        self.subagent_stats = [copy.deepcopy(s) for s in subagents]
         self._carried = {id(tm): len(tm) for tm in [*(tm for _, tm in closed), open_trajectory]}
 
 

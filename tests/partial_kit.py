@@ -17,18 +17,46 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from slime_helpers import make_args
 
 from slime_strands.record import EpisodeRecord
 from slime_strands.testing import SGLangTestServer, Turn
 
+LAYERS, TOPK = 3, 2
+"""The MoE shape of the tests' routing replay."""
 HOLD_S = 600.0
 """A held answer waits this long unless an abort ends it: only an abort can release it within a test."""
+
+
+def partial_args(server: SGLangTestServer, *, mask: bool, tools: Sequence[str], **overrides: Any) -> Any:
+    """slime's args for partial rollout with top-p and routing replay on (and slime's rollout loop's flags)."""
+    strands = {"tools": list(tools), "max_tool_iters": None, **overrides.pop("strands", {})}
+    return make_args(
+        server,
+        rollout_top_p=0.9,
+        use_rollout_routing_replay=True,
+        num_layers=LAYERS,
+        moe_router_topk=TOPK,
+        partial_rollout=True,
+        mask_offpolicy_in_partial_rollout=mask,
+        custom_rm_path="slime_strands.reward.math_reward",
+        rollout_global_dataset=True,
+        dynamic_sampling_filter_path=None,
+        custom_generate_function_path="slime_strands.rollout.generate",
+        group_rm=False,
+        rollout_sample_filter_path=None,
+        rollout_all_samples_process_path=None,
+        rollout_sample_hook_path=None,
+        use_distributed_post=False,
+        strands=strands,
+        **overrides,
+    )
 
 
 def logprob(position: int, token: int) -> float:

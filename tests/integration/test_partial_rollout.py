@@ -17,20 +17,20 @@ import types
 import partial_tools
 import pytest
 from fanout_kit import SUMMARY_MARK, add_call
-from partial_kit import ContinuingPolicy, assert_same_episode, wait_until
+from partial_kit import LAYERS, TOPK, ContinuingPolicy, assert_same_episode, partial_args, wait_until
 from partial_tools import HOLD, call
 from slime_helpers import (
     TOP_P_PARAMS,
     Sample,
     install_generate_state,
-    make_args,
     new_sample,
     record,
     session_requests,
 )
 
 from slime_strands import SGLangClient, SGLangModel, metrics, rollout
-from slime_strands.checkpoint import EpisodeCheckpoint, ModelCheckpoint, ModelCounters, PendingTurn
+from slime_strands.checkpoint import EpisodeCheckpoint, ModelCheckpoint, PendingTurn
+from slime_strands.model_stats import ModelStats
 from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
 from slime_strands.record import Termination
 from slime_strands.testing import SGLangTestServer
@@ -39,7 +39,6 @@ from slime_strands.token_manager import TokenManager, TurnInfo
 
 pytestmark = pytest.mark.timeout(120)
 S = Sample.Status
-LAYERS, TOPK = 3, 2
 ANSWER = "The sum is 5.\nAnswer: \\boxed{5}"
 SLOW = call("slow_add", a=2, b=3)
 ADD = call("add_then_abort", a=2, b=3)
@@ -60,19 +59,8 @@ def _tools():
     partial_tools.FLAG["state"] = None
 
 
-def args_for(
-    server, *, mask=False, tools=("partial_tools.slow_add", "partial_tools.add_then_abort"), **strands
-):
-    return make_args(
-        server,
-        rollout_top_p=0.9,
-        use_rollout_routing_replay=True,
-        num_layers=LAYERS,
-        moe_router_topk=TOPK,
-        partial_rollout=True,
-        mask_offpolicy_in_partial_rollout=mask,
-        strands={"tools": list(tools), **strands},
-    )
+def args_for(server, *, mask=False, tools=("partial_tools.slow_add", "partial_tools.add_then_abort")):
+    return partial_args(server, mask=mask, tools=tools)
 
 
 async def aborted_run(server, args, sample, state, *, until):
@@ -239,16 +227,8 @@ SIXTEEN = tuple([add_call(i) for i in range(15)] + ["All 15 additions are done.\
 
 
 def fanout_args(server, **strands):
-    return make_args(
-        server,
-        rollout_top_p=0.9,
-        use_rollout_routing_replay=True,
-        num_layers=LAYERS,
-        moe_router_topk=TOPK,
-        partial_rollout=True,
-        mask_offpolicy_in_partial_rollout=True,
-        custom_rm_path="slime_strands.reward.math_reward",
-        strands={"tools": ["rollout_tools.add", "rollout_tools.helper"], "max_tool_iters": None, **strands},
+    return partial_args(
+        server, mask=True, tools=("rollout_tools.add", "rollout_tools.helper"), strands=strands
     )
 
 
@@ -386,7 +366,7 @@ async def test_a_cut_turn_with_no_room_left_ends_there(server, tokenizer):
     )
     tm.add_prompt(tokenizer.encode(prompt, add_special_tokens=False))
     tm.add_generation([9707, 11, 1879, 0], [-0.1] * 4, TurnInfo("abort"))
-    state = ModelCheckpoint(1, PendingTurn(1, False), (), {}, {}, ModelCounters(turns=1))
+    state = ModelCheckpoint(1, PendingTurn(1, False), (), {}, {}, ModelStats(turns=1))
     model.restore_state(tm, state)
     events = [e async for e in model.stream([{"role": "user", "content": [{"text": "hi"}]}])]
     assert not server.generate_requests, "no request: the turn had its tokens"

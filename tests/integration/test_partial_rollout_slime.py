@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import types
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import qwen3_tokenizer_path
 from fanout_kit import SUMMARY_MARK, add_call
-from partial_kit import ContinuingPolicy, assert_same_episode, real_slime, wait_until
+from partial_kit import (
+    LAYERS,
+    TOPK,
+    ContinuingPolicy,
+    assert_same_episode,
+    partial_args,
+    real_slime,
+    wait_until,
+)
 from partial_tools import HOLD, call
 
 from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
@@ -33,7 +39,6 @@ from slime_strands.testing.invariants import (
 )
 
 pytestmark = pytest.mark.timeout(180)
-LAYERS, TOPK = 3, 2
 ANSWER = "The sum is 5.\nAnswer: \\boxed{5}"
 ADD, SLOW = call("add", a=2, b=3), call("slow_add", a=2, b=3)
 FAST = (ADD, ADD, ANSWER)
@@ -57,47 +62,17 @@ def _tools():
 
 
 def slime_args(server: SGLangTestServer, *, mask: bool = False, batch: int = 2, **strands: Any) -> Any:
-    host, port = server.base_url.removeprefix("http://").split(":")
-    tools = ["rollout_tools.add", "partial_tools.slow_add", *strands.pop("tools", [])]
-    return types.SimpleNamespace(
-        sglang_router_ip=host,
-        sglang_router_port=int(port),
-        hf_checkpoint=qwen3_tokenizer_path(),
-        rollout_max_response_len=2048,
-        rollout_max_context_len=None,
-        rollout_temperature=1.0,
-        rollout_top_p=0.9,
-        rollout_top_k=-1,
-        rollout_stop=None,
-        rollout_stop_token_ids=None,
-        rollout_skip_special_tokens=False,
-        sglang_server_concurrency=16,
-        rollout_num_gpus=1,
-        rollout_num_gpus_per_engine=1,
-        sglang_dp_size=1,
+    """slime's args for two samples a prompt, ``batch`` groups a step, twice that many in flight."""
+    tools = ("rollout_tools.add", "partial_tools.slow_add", *strands.pop("tools", []))
+    return partial_args(
+        server,
+        mask=mask,
+        tools=tools,
         n_samples_per_prompt=2,
         rollout_batch_size=batch,
         over_sampling_batch_size=2 * batch,
-        rollout_global_dataset=True,
-        dynamic_sampling_filter_path=None,
-        partial_rollout=True,
-        mask_offpolicy_in_partial_rollout=mask,
-        custom_generate_function_path="slime_strands.rollout.generate",
-        custom_rm_path="slime_strands.reward.math_reward",
-        group_rm=False,
-        reward_key=None,
-        rollout_sample_filter_path=None,
-        rollout_all_samples_process_path=None,
-        rollout_sample_hook_path=None,
-        use_distributed_post=False,
-        use_rollout_routing_replay=True,
-        num_layers=LAYERS,
-        moe_router_topk=TOPK,
-        sglang_enable_deterministic_inference=False,
-        apply_chat_template=False,
-        apply_chat_template_kwargs={},
-        ci_test=False,
-        strands={"tools": tools, "retry_delay_s": 0.01, "max_retries": 3, "max_tool_iters": None, **strands},
+        sglang_server_concurrency=16,
+        strands=strands,
     )
 
 

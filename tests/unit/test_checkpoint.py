@@ -9,6 +9,7 @@ import copy
 import json
 import pickle
 import random
+from collections import Counter
 
 import pytest
 
@@ -16,12 +17,12 @@ from slime_strands.checkpoint import (
     EpisodeCheckpoint,
     MalformedCheckpointError,
     ModelCheckpoint,
-    ModelCounters,
     PendingTurn,
     SegmentCheckpoint,
     ToolCounters,
     TrajectoryCheckpoint,
 )
+from slime_strands.model_stats import ModelStats
 from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples, save_checkpoint, take_checkpoint
 from slime_strands.record import EpisodeRecord, Termination
 from slime_strands.resume import AbortSignal
@@ -61,10 +62,10 @@ def checkpoint(tm: TokenManager | None = None, **fields) -> EpisodeCheckpoint:
             last_tool_ids=("t1",),
             call_errors={"t2": ("bad_json", "not JSON", "<tool_call>{", None)},
             template_ids={"t1": "functions.add:0"},
-            counters=ModelCounters(turns=3, generation_time_s=0.5, parse_errors={"bad_json": 1}),
+            counters=ModelStats(turns=3, generation_time_s=0.5, parse_errors=Counter({"bad_json": 1})),
         ),
         tools=ToolCounters(tool_iters=1, tool_calls=1, tool_errors=0, tool_time_s=0.25),
-        subagents=(ModelCounters(turns=2),),
+        subagents=(ModelStats(turns=2),),
         compaction_pending=False,
         continuations=1,
         turns_saved=4,
