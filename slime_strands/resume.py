@@ -34,7 +34,7 @@ import weakref
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from strands.hooks import AfterToolsEvent, BeforeModelCallEvent, BeforeToolsEvent, HookRegistry
+from strands.hooks import AfterToolsEvent, BeforeModelCallEvent, BeforeToolsEvent
 from strands.middleware import ExecuteToolContext, ToolResultEvent
 
 from .checkpoint import (
@@ -133,11 +133,6 @@ class AbortGuard(StopWhen):
         self.counters_at_cut: ToolCounters | None = None
         self._batch: tuple[int, ToolCounters] | None = None
         self._killed = False
-
-    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
-        registry.add_callback(BeforeModelCallEvent, self._before_model)
-        registry.add_callback(BeforeToolsEvent, self._before_tools)
-        registry.add_callback(AfterToolsEvent, self._after_tools)
 
     def counters(self) -> ToolCounters:
         limiter, time = self._limiter, self._tool_time
