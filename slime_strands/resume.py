@@ -266,7 +266,9 @@ def _inconsistency(model: SGLangModel, pending: Any, messages: int, compacting: 
     """Why the model's trajectory and the kept messages do not describe one continuable state, or None."""
     last = model.token_manager.last_segment
     if compacting is not None:
-        if pending is None or pending.messages != messages + 1:
+        # the summary request follows the messages it summarises: all, or (the turn after them overflowed)
+        # those up to the last answer
+        if pending is None or pending.messages > messages + 1:
             return "a compaction was cut outside its summary turn"
     elif pending is not None:
         if pending.messages != messages:

@@ -262,36 +262,47 @@ def assert_same_segments(server, continued, reference, key):
     return rec
 
 
+HUGE = call("huge_output", n=40)  # ~500 tokens: in a half-full segment it does not fit, and compacts
+OVERFLOWING = (*(add_call(i) for i in range(12)), HUGE, "It printed 40 lines.\nAnswer: \\boxed{40}")
+
+
 @pytest.mark.parametrize(
-    ("where", "offset", "mode"),
+    ("where", "offset", "mode", "turns"),
     [
-        ("the summary turn", 0, "running"),
-        ("the first turn after the compaction", 1, "running"),
-        ("before the first call after the compaction", 0, "then_abort"),
+        ("the summary turn", 0, "running", SIXTEEN),
+        ("the summary turn", 0, "running", OVERFLOWING),  # asked when a tool output did not fit
+        ("the first turn after the compaction", 1, "running", SIXTEEN),
+        ("before the first call after the compaction", 0, "then_abort", SIXTEEN),
     ],
+    ids=["summary", "summary-after-an-overflow", "after", "before-the-next-call"],
 )
 async def test_a_compacting_episode_continues_across_its_segments(
-    tokenizer, monkeypatch, where, offset, mode
+    tokenizer, monkeypatch, where, offset, mode, turns
 ):
     state = install_generate_state(monkeypatch, tokenizer)
+    label = turns[-1].rsplit("{", 1)[1].rstrip("}")
     with SGLangTestServer(tokenizer, context_length=WINDOW, routed_experts=(LAYERS, TOPK)) as server:
         policy = ContinuingPolicy(server, tokenizer, summary_mark=SUMMARY_MARK)
         policy.on_hold = lambda: setattr(state, "aborted", True)
         args = fanout_args(server, context_management="summarize")
+        if turns is OVERFLOWING:  # a short prompt: the segment is half full when the big output comes
+            args.strands.update(system_prompt="Add.", tools=["rollout_tools.add", "rollout_tools.huge_output"])
         ref = new_sample(index=0)
-        ref.label = "16"
-        policy.script(ref.session_id, *SIXTEEN)
+        ref.label = label
+        policy.script(ref.session_id, *turns)
         expected = await rollout.generate(args, ref, dict(TOP_P_PARAMS))
         summary_turn = policy.summary_turns[ref.session_id][0]
 
         sample = new_sample(index=1)
-        sample.label = "16"
-        policy.script(sample.session_id, *SIXTEEN)
+        sample.label = label
+        policy.script(sample.session_id, *turns)
         policy.hold(sample.session_id, summary_turn + offset, mode)
         out = await aborted_run(server, args, sample, state, until=lambda: bool(server.in_flight))
         assert out is sample and out.status == S.ABORTED, "an aborted fanned-out episode is one Sample"
         saved = EpisodeCheckpoint.from_data(out.metadata[CHECKPOINT_KEY])
         assert (saved.compaction_pending is not None) == (where == "the summary turn")
+        if where == "the summary turn":  # its overflowed flag: the summary came before the tool output
+            assert saved.compaction_pending is (turns is OVERFLOWING)
         assert len(saved.closed) == (0 if where == "the summary turn" else 1)
 
         continued = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
