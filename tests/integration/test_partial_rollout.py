@@ -286,7 +286,9 @@ async def test_a_compacting_episode_continues_across_its_segments(
         policy.on_hold = lambda: setattr(state, "aborted", True)
         args = fanout_args(server, context_management="summarize")
         if turns is OVERFLOWING:  # a short prompt: the segment is half full when the big output comes
-            args.strands.update(system_prompt="Add.", tools=["rollout_tools.add", "rollout_tools.huge_output"])
+            args.strands.update(
+                system_prompt="Add.", tools=["rollout_tools.add", "rollout_tools.huge_output"]
+            )
         ref = new_sample(index=0)
         ref.label = label
         policy.script(ref.session_id, *turns)
