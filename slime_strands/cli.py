@@ -118,7 +118,7 @@ def _sampling_param_flags(flags: Sequence[str]) -> dict[str, Any]:
     try:
         SamplingParams(params, where="--sampling-param")
     except SamplingParamError as exc:
-        raise CommandError(str(exc)) from None
+        raise CommandError(str(exc), hint="fix or drop that --sampling-param") from None
     return params
 
 

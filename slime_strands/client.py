@@ -547,29 +547,32 @@ class SGLangClient:
                 del self._discovery[loop]
 
     async def _discover_window(self) -> int | None:
+        """Rounds of the three questions until one says the window, or all three were answered (a 404 counts)
+        without saying it; a round that any of them could not reach is asked again after a backoff (a route
+        answering 503 may be the one that knows)."""
         last_error: Exception | None = None
         for number in range(self.max_retries + 1):
             if number:
                 await asyncio.sleep(self._backoff(number - 1))
-            answered = False
+                if self._context_length_known:  # a context refusal named it meanwhile
+                    return self._context_length
+            unreachable = False
             for getter in (self.models, self.server_info, self.model_info):
                 try:
                     info = await getter(retries=0)
                 except (
                     SGLangConnectionError
                 ) as exc:  # unreachable, or a 5xx / 408 / 429 (loading, restarting)
-                    last_error = exc
+                    last_error, unreachable = exc, True
                     continue
-                except SGLangError:  # a 404, a non-JSON answer: the server is up
-                    answered = True
+                except SGLangError:  # a 404, a non-JSON answer: this route will not say
                     continue
-                answered = True
                 value = _window_of(info)
                 if value is not None:
                     self._learn_window(value)
                     return self._context_length
-            if answered:
-                self._context_length_known = True
+            if not unreachable:
+                self._context_length_known = True  # the server does not say: a context refusal will
                 return self._context_length
         raise SGLangConnectionError(
             f"cannot learn the context window of {self.base_url}: /v1/models, /server_info and /model_info "
