@@ -117,7 +117,8 @@ class SGLangTestServer:
         ``(layers, topk)`` as if started with ``--enable-return-routed-experts`` (None: the key is silently
         absent); ``top_p_patch``: slime's SGLang patch returning top-p token ids; ``speculative_draft_tokens``:
         as if started with EAGLE speculative decoding (spec stats in ``meta_info``); ``unavailable_s``: every
-        route answers 503 for this long after start (a router or an engine still loading); ``report_window``:
+        route answers 503 for this long from the first request it gets (a router or an engine still loading
+        when clients start: the clock starts with them, not with the test's set-up); ``report_window``:
         False leaves ``max_model_len`` out of ``/v1/models`` (a server that reports no window)."""
         self.tokenizer = tokenizer
         self.context_length = context_length
@@ -136,7 +137,7 @@ class SGLangTestServer:
         self.speculative_draft_tokens = speculative_draft_tokens
         self.unavailable_s = unavailable_s
         self.report_window = report_window
-        self._available_at = 0.0
+        self._available_at: float | None = None
         self.requests: list[RecordedRequest] = []
         self.aborted_rids: list[str] = []
         self.answers: dict[str, tuple[list[int], list[float]]] = {}
@@ -164,7 +165,6 @@ class SGLangTestServer:
     def start(self) -> SGLangTestServer:
         if self._httpd is not None:
             raise RuntimeError("SGLangTestServer is already running: start() it or enter it, not both")
-        self._available_at = time.monotonic() + self.unavailable_s
         handler = type("Handler", (_Handler,), {"server_state": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = False  # server_close() joins the handler threads
@@ -530,8 +530,13 @@ class _Handler(BaseHTTPRequestHandler):
             state.requests.append(RecordedRequest(self.path, body, headers, time.time()))
 
     def _unavailable(self) -> bool:
-        """Answer 503 while the server is still "loading" (``unavailable_s``)."""
-        if time.monotonic() >= self.server_state._available_at:
+        """Answer 503 while the server is still "loading" (``unavailable_s`` from its first request)."""
+        state = self.server_state
+        with state._lock:
+            if state._available_at is None:
+                state._available_at = time.monotonic() + state.unavailable_s
+            available_at = state._available_at
+        if time.monotonic() >= available_at:
             return False
         self._send(503, {"error": {"message": "Service Unavailable: the server is starting"}})
         return True
