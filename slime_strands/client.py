@@ -143,6 +143,9 @@ class GenerateResult:
     finish_reason: str
     """``stop``, ``length`` or ``abort`` (SGLang's ``finish_reason.type``)."""
     finish_message: str | None = None
+    finish_length: int | None = None
+    """A ``length`` finish's ``max_new_tokens`` as the server applied it: less than the request's when the
+    server clamped it (silently, to its window or KV pool)."""
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
@@ -638,6 +641,10 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _window_of(info: Any) -> int | None:
     """The context length in a ``/v1/models`` list (its first model) or an info dict."""
     if isinstance(info, dict) and isinstance(info.get("data"), list):
@@ -646,8 +653,8 @@ def _window_of(info: Any) -> int | None:
     if not isinstance(info, dict):
         return None
     for key in ("max_model_len", "context_length", "max_context_length", "context_len"):
-        value = info.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        value = _int_or_none(info.get(key))
+        if value is not None and value > 0:
             return value
     return None
 
@@ -744,6 +751,7 @@ def _parse_generate(response: _Response, rid: str, routed_experts_start_len: int
         logprobs=logprobs,
         finish_reason=finish_type,
         finish_message=finish.get("message"),
+        finish_length=_int_or_none(finish.get("length")) if finish_type == "length" else None,
         prompt_tokens=meta.get("prompt_tokens"),
         cached_tokens=meta.get("cached_tokens"),
         completion_tokens=meta.get("completion_tokens"),

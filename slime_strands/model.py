@@ -393,8 +393,9 @@ class SGLangModel(Model):
                 refusal = exc
                 logger.info("SGLang refused a turn of %d tokens (%s): sending it again", max_new_tokens, exc)
                 continue
-            # fewer tokens than asked, cut by `length`: the server clamped the turn to its window, silently
-            clamped = result.finish_reason == "length" and len(result.output_ids) < max_new_tokens
+            # cut by `length` short of what was asked: the server clamped the turn to its window, silently
+            applied = result.finish_length if result.finish_length is not None else len(result.output_ids)
+            clamped = result.finish_reason == "length" and applied < max_new_tokens
             return result, Termination.CONTEXT_FULL if clamped else bound
 
     # -- rendering --------------------------------------------------------------------------------

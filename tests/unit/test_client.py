@@ -451,5 +451,5 @@ async def test_context_length_of_an_unreachable_server_is_a_connection_error(tok
     url = server.base_url
     server.stop()
     client = SGLangClient(url, retry_delay=0.01, max_retries=2)
-    with pytest.raises(SGLangConnectionError, match="cannot learn the context window .* failed 3 time"):
+    with pytest.raises(SGLangConnectionError, match=r"cannot learn the context window .* failed 3 time"):
         await client.context_length()

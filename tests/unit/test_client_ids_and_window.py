@@ -85,7 +85,9 @@ async def test_a_timeout_is_reported_as_a_timeout_and_each_attempt_aborted_by_it
     may not pass the disconnect on), sends a fresh one, and at last says it timed out."""
     server.script(*[Turn("slow", delay_s=600)] * 2)  # only an abort answers them
     client = client_for(server, timeout=1.0, max_retries=1)
-    with pytest.raises(SGLangTimeoutError, match=r"timed out: no answer within the 1\.0 s request timeout in 2"):
+    with pytest.raises(
+        SGLangTimeoutError, match=r"timed out: no answer within the 1\.0 s request timeout in 2"
+    ):
         await client.generate(PROMPT, PARAMS, abort_retries=3)
     rids = [r.body["rid"] for r in server.generate_requests]
     assert len(rids) == 2 and prefix_pairs(rids) == []
@@ -101,7 +103,9 @@ async def test_abort_by_handle_reaches_each_attempt_and_nothing_else(server):
     server.script(Turn("theirs", delay_s=600), key="b")
     client = client_for(server)
     handle = RequestHandle()
-    mine = asyncio.create_task(client.generate(PROMPT, PARAMS, routing_key="a", handle=handle, abort_retries=3))
+    mine = asyncio.create_task(
+        client.generate(PROMPT, PARAMS, routing_key="a", handle=handle, abort_retries=3)
+    )
     theirs = asyncio.create_task(client.generate(PROMPT, PARAMS, routing_key="b"))
     while len(server.in_flight) < 2 or not handle.rids:
         await asyncio.sleep(0.01)

@@ -119,7 +119,7 @@ def test_settings_take_sampling_params_and_name_a_bad_key():
     assert hash(settings) == hash(
         PluginSettings.from_mapping({"sampling_params": dict(settings.sampling_params)})
     )
-    with pytest.raises(SettingsError, match="^sampling_params: 'max_tokens' is not a sampling param SGLang"):
+    with pytest.raises(SettingsError, match=r"^sampling_params: 'max_tokens' is not a sampling param SGLang"):
         PluginSettings.from_mapping({"sampling_params": {"top_k": 20, "max_tokens": 5}})
     with pytest.raises(SettingsError, match="sampling_params: expected a mapping"):
         PluginSettings.from_mapping({"sampling_params": ["top_k"]})
