@@ -628,6 +628,8 @@ class _Attempt:
         self._handle._rids.add(rid)
         try:
             return await self._client._send("POST", "/generate", data, headers)
+        except aiohttp.ConnectionTimeoutError:
+            raise  # never connected: the server has not seen it
         except TimeoutError:
             await self._client._abort_given_up(rid)
             raise
