@@ -437,18 +437,9 @@ class SGLangClient:
             raise ValueError(f"routed_experts_start_len must be in [0, {count}]")
         if not isinstance(input_ids, TokenIdsJSON):
             input_ids = TokenIdsJSON(input_ids)
-        body: dict[str, Any] = {
-            "sampling_params": dict(sampling_params),
-            "return_logprob": True,
-            "logprob_start_len": count - 1,
-            "stream": False,
-        }
-        if return_routed_experts:
-            body["return_routed_experts"] = True
-            if routed_experts_start_len:
-                body["routed_experts_start_len"] = routed_experts_start_len
-        if extra_body:
-            body.update(extra_body)
+        body = _generate_body(
+            sampling_params, count, return_routed_experts, routed_experts_start_len, extra_body
+        )
         headers = {ROUTING_KEY_HEADER: routing_key} if routing_key else None
         handle = RequestHandle() if handle is None else handle
         attempt = _Attempt(self, body, input_ids.json_pieces(input_ids_tail), handle, rid)
@@ -591,6 +582,29 @@ class SGLangClient:
             logger.info("SGLang at %s serves a context window of %d tokens", self.base_url, window)
             self._context_length = window
         self._context_length_known = True
+
+
+def _generate_body(
+    sampling_params: Mapping[str, Any],
+    count: int,
+    return_routed_experts: bool,
+    routed_experts_start_len: int,
+    extra_body: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """A /generate body without its ids and ``rid`` (each attempt adds its own)."""
+    body: dict[str, Any] = {
+        "sampling_params": dict(sampling_params),
+        "return_logprob": True,
+        "logprob_start_len": count - 1,
+        "stream": False,
+    }
+    if return_routed_experts:
+        body["return_routed_experts"] = True
+        if routed_experts_start_len:
+            body["routed_experts_start_len"] = routed_experts_start_len
+    if extra_body:
+        body.update(extra_body)
+    return body
 
 
 class _AbortedBeforeSending(Exception):
