@@ -32,12 +32,15 @@ from .chat import ChatRenderer, to_template_messages, to_template_tools
 from .client import (
     SGLANG_CONTEXT_MARGIN,
     GenerateResult,
+    RequestHandle,
     SGLangClient,
     SGLangContextLengthError,
     TokenIdsJSON,
 )
 from .errors import SlimeStrandsError
 from .families import select_tool_parser
+from .record import Termination
+from .sampling import SGLANG_SAMPLING_KEYS, check_sampling_keys
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
 from .tool_parsers.events import (
@@ -50,6 +53,7 @@ from .tool_parsers.events import (
 
 __all__ = [
     "INVALID_TOOL_NAME",
+    "SGLANG_SAMPLING_KEYS",
     "GenerationAbortedError",
     "ModelStats",
     "ResponseBudgetExhaustedError",
@@ -61,15 +65,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# sampling_params keys SGLang accepts (unknown keys are rejected by the server with a 400).
-SGLANG_SAMPLING_KEYS = frozenset(
-    {
-        "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
-        "stop_regex", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-        "frequency_penalty", "presence_penalty", "repetition_penalty", "json_schema", "regex", "ebnf", "n",
-        "sampling_seed", "custom_params", "logit_bias",
-    }
-)  # fmt: skip
 _MIN_GENERATION_ROOM = 1
 _MIN_TRUNCATED_TOOL_TOKENS = 32
 _CHARS_PER_TOKEN_BOUND = 16
@@ -139,6 +134,10 @@ class ModelStats:
     overhead_s: float = 0.0
     """Client-side time of the turns (rendering, tokenizing, decoding, parsing), request time excluded."""
     last_finish_reason: str | None = None
+    last_cut: Termination | None = None
+    """How the last turn ends the episode when it finished with ``length``: ``MAX_TOKENS`` (it hit the
+    per-turn ``max_new_tokens``), ``CONTEXT_FULL`` (the context window clamped it: here, or silently on the
+    server) or ``RESPONSE_BUDGET`` (the whole-trajectory budget clamped it); None after other finishes."""
 
 
 class SGLangModel(Model):
@@ -203,9 +202,7 @@ class SGLangModel(Model):
             raise ValueError(f"unknown SGLangModel config key(s): {sorted(unknown)}")
         if "params" in model_config:
             params = dict(model_config["params"] or {})
-            bad = set(params) - SGLANG_SAMPLING_KEYS
-            if bad:
-                raise ValueError(f"not SGLang sampling params: {sorted(bad)} (SGLang rejects unknown keys)")
+            check_sampling_keys(params, "SGLangModel sampling params")
             model_config["params"] = params
         if model_config.get("context_length") is not None:
             model_config["context_window_limit"] = model_config["context_length"]
@@ -232,6 +229,8 @@ class SGLangModel(Model):
         """``token_manager.token_ids`` as request JSON, extended with it: every token is serialised once."""
         self._trajectory_json_of: TokenManager | None = None
         self.stats = ModelStats()
+        self._requests = RequestHandle()
+        """The ids of this trajectory's request in flight (every attempt), for :meth:`abort`."""
         self._messages_seen = 0
         self._last_tool_ids: list[str] = []
         self._call_errors: dict[str, ToolCallError] = {}
@@ -317,35 +316,20 @@ class SGLangModel(Model):
             self._trajectory_json_of = tm
         delta_json = await _offload(len(delta_ids) * 4, TokenIdsJSON, delta_ids)
 
-        max_new_tokens = await self._turn_budget(len(delta_ids))
         input_len = len(tm) + len(delta_ids)
         params = dict(self.config["params"])
-        params["max_new_tokens"] = max_new_tokens
         stop_ids = list(params.get("stop_token_ids") or [])
         params["stop_token_ids"] = stop_ids + [t for t in self._renderer.stop_token_ids if t not in stop_ids]
 
         started = time.perf_counter()
-        try:
-            last = tm.last_segment
-            result = await self.client.generate(
-                self._trajectory_json,
-                params,
-                input_ids_tail=delta_json,
-                routing_key=self.config["routing_key"],
-                return_routed_experts=self.config["return_routed_experts"],
-                # rows held: every position before the last generated token (the trajectory so far)
-                routed_experts_start_len=last.end - 1 if last is not None and last.kind == "generated" else 0,
-                abort_retries=self.config["abort_retries"],
-                abort_expected=self.config["abort_expected"],
-            )
-        except SGLangContextLengthError as exc:
-            raise ContextWindowOverflowException(str(exc)) from exc
+        result, cut = await self._send_turn(params, delta_json, len(delta_ids))
         elapsed = time.perf_counter() - started
 
         if delta_ids:
             tm.add_observation(delta_ids)
             self._trajectory_json.extend(delta_json)
         self._record_turn(result, elapsed)
+        self.stats.last_cut = cut if result.finish_reason == "length" else None
         self._trajectory_json.extend(result.output_ids)
         if result.finish_reason == "abort":
             raise GenerationAbortedError(result.finish_message or "the server aborted the request")
@@ -366,6 +350,53 @@ class SGLangModel(Model):
         self.stats.overhead_s += time.perf_counter() - entered - elapsed
         for event in events:
             yield event
+
+    async def abort(self) -> None:
+        """Abort this trajectory's request in flight, every attempt of it by its exact id (SGLang matches abort
+        ids by prefix: a shared one would reach other trajectories' requests); until :meth:`reset`, no request
+        is sent and a turn ends as aborted."""
+        await self.client.abort(self._requests)
+
+    async def _send_turn(
+        self, params: dict[str, Any], delta_json: TokenIdsJSON, delta_len: int
+    ) -> tuple[GenerateResult, Termination]:
+        """Send the turn sized to the budgets; returns the answer and how a ``length`` finish of it ends the
+        episode. A context refusal that names the window (the window was unknown: the server does not report
+        it, or could not be asked) teaches it to the client: the turn is clamped and sent once more; a
+        prompt that cannot fit raises ``ContextWindowOverflowException``."""
+        last = self.token_manager.last_segment
+        refusal: SGLangContextLengthError | None = None
+        while True:
+            max_new_tokens, bound = await self._turn_budget(delta_len)
+            if refusal is not None and max_new_tokens == params["max_new_tokens"]:
+                # the refusal taught nothing new: the same request would be refused again
+                raise ContextWindowOverflowException(str(refusal)) from refusal
+            params["max_new_tokens"] = max_new_tokens
+            try:
+                result = await self.client.generate(
+                    self._trajectory_json,
+                    params,
+                    input_ids_tail=delta_json,
+                    routing_key=self.config["routing_key"],
+                    return_routed_experts=self.config["return_routed_experts"],
+                    # rows held: every position before the last generated token (the trajectory so far)
+                    routed_experts_start_len=last.end - 1
+                    if last is not None and last.kind == "generated"
+                    else 0,
+                    abort_retries=self.config["abort_retries"],
+                    abort_expected=self.config["abort_expected"],
+                    handle=self._requests,
+                )
+            except SGLangContextLengthError as exc:
+                if exc.window is None or refusal is not None:
+                    raise ContextWindowOverflowException(str(exc)) from exc
+                refusal = exc
+                logger.info("SGLang refused a turn of %d tokens (%s): sending it again", max_new_tokens, exc)
+                continue
+            # cut by `length` short of what was asked: the server clamped the turn to its window, silently
+            applied = result.finish_length if result.finish_length is not None else len(result.output_ids)
+            clamped = result.finish_reason == "length" and applied < max_new_tokens
+            return result, Termination.CONTEXT_FULL if clamped else bound
 
     # -- rendering --------------------------------------------------------------------------------
 
@@ -515,8 +546,9 @@ class SGLangModel(Model):
         known = [limit for limit in limits if limit is not None]
         return min(known) if known else None
 
-    async def _turn_budget(self, delta_len: int) -> int:
-        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets."""
+    async def _turn_budget(self, delta_len: int) -> tuple[int, Termination]:
+        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets, and
+        how a turn cut at that length ends the episode (the bound that set it; the cap on a tie)."""
         tm = self.token_manager
         cap = self.config["params"].get("max_new_tokens")
         context = await self._context_window()
@@ -533,12 +565,20 @@ class SGLangModel(Model):
                 f"the response budget ({budget} tokens) is spent: {tm.response_length} used, the new messages "
                 f"need {delta_len}"
             )
-        candidates = [c for c in (cap, context_room, response_room) if c is not None]
-        if not candidates:
+        bounds = [
+            (int(room), cut)
+            for room, cut in (
+                (cap, Termination.MAX_TOKENS),
+                (context_room, Termination.CONTEXT_FULL),
+                (response_room, Termination.RESPONSE_BUDGET),
+            )
+            if room is not None
+        ]
+        if not bounds:
             raise ValueError(
                 "set params['max_new_tokens'], context_length or max_response_tokens: none is known"
             )
-        return int(min(candidates))
+        return min(bounds, key=lambda bound: bound[0])
 
     # -- output -----------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ onto ``args``. This plugin reads ONE key, ``strands``, so its settings never col
       reward: {tool_shaping: true}
       context_management: summarize
       compaction: {trigger_share: 0.8}
+      sampling_params: {top_k: 20, stop: ["</answer>"], regex: "..."}
 
 Unknown keys raise ``SettingsError`` naming the key (a typo must not silently fall back to a default).
 """
@@ -30,6 +31,7 @@ import yaml
 from .errors import ConfigurationError
 from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION
 from .record import COMPACTION_STRATEGIES
+from .sampling import SamplingParamError, SamplingParams
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
@@ -247,6 +249,12 @@ class PluginSettings:
     collect_subagents: bool = False
     """Train sub-agents run by tools built with ``slime_strands.subagents.subagent_tool``: each sub-agent's
     trajectory becomes a sibling sample of the episode (``generate`` then returns ``list[Sample]``)."""
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    """SGLang sampling params sent with every turn (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``,
+    ``top_k``, ``min_p``, ``stop``, ``logit_bias``, ...; keys SGLang does not accept are refused, naming the
+    key). They win over slime's (``slime_strands.sampling`` says how they merge): ``max_new_tokens`` here caps
+    each turn (slime's stays the whole trajectory's budget), and in training ``temperature`` / ``top_p`` must
+    equal slime's ``--rollout-temperature`` / ``--rollout-top-p`` (its trainer uses them)."""
     gc_young_threshold: int | None = 100_000
     """Allocations between two young garbage collections (Python's generation-0 threshold, 700 by default):
     raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands
@@ -351,6 +359,11 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
 
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     """Check ``value`` against a field's type hint, converting lists to tuples and ints to floats."""
+    if hint is SamplingParams:
+        try:
+            return value if isinstance(value, SamplingParams) else SamplingParams(value, where=where)
+        except SamplingParamError as exc:
+            raise SettingsError(str(exc)) from None
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, {} if value is None else value, prefix=where + ".")
     origin = typing.get_origin(hint)

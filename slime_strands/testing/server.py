@@ -109,12 +109,17 @@ class SGLangTestServer:
         echo_routed_experts_start_len: bool = False,
         top_p_patch: bool = True,
         speculative_draft_tokens: int | None = None,
+        unavailable_s: float = 0.0,
+        report_window: bool = True,
     ) -> None:
         """``kv_capacity``: tokens the KV pool holds (default: the context); ``context_length_flag``: as if
         started with ``--context-length`` (``/server_info`` reports it); ``routed_experts``:
         ``(layers, topk)`` as if started with ``--enable-return-routed-experts`` (None: the key is silently
         absent); ``top_p_patch``: slime's SGLang patch returning top-p token ids; ``speculative_draft_tokens``:
-        as if started with EAGLE speculative decoding (spec stats in ``meta_info``)."""
+        as if started with EAGLE speculative decoding (spec stats in ``meta_info``); ``unavailable_s``: every
+        route answers 503 for this long from the first request it gets (a router or an engine still loading
+        when clients start: the clock starts with them, not with the test's set-up); ``report_window``:
+        False leaves ``max_model_len`` out of ``/v1/models`` (a server that reports no window)."""
         self.tokenizer = tokenizer
         self.context_length = context_length
         self.kv_capacity = kv_capacity if kv_capacity is not None else context_length
@@ -130,6 +135,9 @@ class SGLangTestServer:
         self.echo_routed_experts_start_len = echo_routed_experts_start_len
         self.top_p_patch = top_p_patch
         self.speculative_draft_tokens = speculative_draft_tokens
+        self.unavailable_s = unavailable_s
+        self.report_window = report_window
+        self._available_at: float | None = None
         self.requests: list[RecordedRequest] = []
         self.aborted_rids: list[str] = []
         self.answers: dict[str, tuple[list[int], list[float]]] = {}
@@ -521,9 +529,23 @@ class _Handler(BaseHTTPRequestHandler):
         with state._lock:
             state.requests.append(RecordedRequest(self.path, body, headers, time.time()))
 
+    def _unavailable(self) -> bool:
+        """Answer 503 while the server is still "loading" (``unavailable_s`` from its first request)."""
+        state = self.server_state
+        with state._lock:
+            if state._available_at is None:
+                state._available_at = time.monotonic() + state.unavailable_s
+            available_at = state._available_at
+        if time.monotonic() >= available_at:
+            return False
+        self._send(503, {"error": {"message": "Service Unavailable: the server is starting"}})
+        return True
+
     def do_GET(self) -> None:
         self._record(None)
         state = self.server_state
+        if self._unavailable():
+            return
         if self.path in state.routes_missing:
             self._send(404, {"detail": "Not Found"})
         elif self.path == "/health":
@@ -550,8 +572,9 @@ class _Handler(BaseHTTPRequestHandler):
                 "owned_by": "sglang",
                 "root": state.model_path,
                 "parent": None,
-                "max_model_len": state.context_length,
             }
+            if state.report_window:
+                card["max_model_len"] = state.context_length
             self._send(200, {"object": "list", "data": [card]})
         else:
             self._send(404, {"detail": "Not Found"})
@@ -564,6 +587,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._record(body)
         state = self.server_state
+        if self._unavailable():
+            return
         if self.path == "/generate":
             answer = state._generate(body, {k.lower(): v for k, v in self.headers.items()})
             if answer is None:  # injected dropped connection

@@ -115,7 +115,7 @@ async def test_context_window_exhausted(server):
     args = make_args(server, rollout_max_context_len=prompt_len + 40)
     out = await run(server, args, new_sample(), CALL_ADD, "word " * 100)
     assert out.status == Sample.Status.TRUNCATED
-    assert record(out).termination is Termination.MAX_TOKENS  # the second turn is clamped to the room left
+    assert record(out).termination is Termination.CONTEXT_FULL  # the second turn is clamped to the room left
     assert len(out.tokens) == prompt_len + 40
     # A context too small for the tool result: the episode ends on the first answer, context_full.
     args = make_args(server, rollout_max_context_len=prompt_len + 30)
