@@ -108,9 +108,12 @@ class ContextCompactor(ConversationManager):
         context management (tool outputs shrunk, no room kept for a summary); re-raise when that was done."""
         if e is None:
             return  # Strands' proactive path: ours is the hook
+        model = agent.model
         if self._can_compact(agent):
             self._overflowed = True
-        elif isinstance(agent.model, SGLangModel) and not _unmanaged(agent.model):
+        elif isinstance(model, SGLangModel) and not _unmanaged(model):
+            if not _continues(agent):
+                model.start_segment()  # drop the prompt it holds: the retried call renders it again
             self._relax_next = True
         else:
             raise e
@@ -124,18 +127,18 @@ class ContextCompactor(ConversationManager):
         model = agent.model
         if not isinstance(model, SGLangModel):
             return
-        if await self._due(event, overflowed=overflowed):
+        if await self._due(event, model, overflowed=overflowed):
             await self._compact(agent, model, overflowed=overflowed)
         await self._set_turn_rules(agent, model, relax=relax)
 
-    async def _due(self, event: BeforeModelCallEvent, *, overflowed: bool) -> bool:
+    async def _due(self, event: BeforeModelCallEvent, model: SGLangModel, *, overflowed: bool) -> bool:
         """Whether to compact before this call: a compaction can help, and the last turn did not fit or the
         segment holds ``trigger_share`` of the window or the response budget."""
         if event.cancel or (self.should_stop is not None and self.should_stop()):
             return False
         if not self._can_compact(event.agent):
             return False
-        return overflowed or await event.agent.model.fill_ratio() >= self.settings.trigger_share
+        return overflowed or await model.fill_ratio() >= self.settings.trigger_share
 
     async def _set_turn_rules(self, agent: Any, model: SGLangModel, *, relax: bool) -> None:
         """What the coming turn may use. While a compaction can help it, tool outputs are not shrunk (a new

@@ -183,13 +183,15 @@ def assert_summaries_had_room(
 
 
 # (segment level before the jump, result tokens): a small and a large jump over the trigger, the issue's
-# 1,415 -> 1,765, a jump from far below to the edge, and results that alone fill most of the window.
+# 1,415 -> 1,765, a jump from half full to the edge or past it, and results that alone fill most of the
+# window, or more than it.
 JUMPS = {
     "small jump over the trigger": (int(TRIGGER * WINDOW) - 50, 120),
     "the issue's 1,415 -> 1,765": (1416, 350),
     "from half full to the edge": (900, 830),
     "past the window": (1200, 900),
     "results fill most of the window": (500, int(0.75 * WINDOW)),
+    "a result larger than the window": (700, int(1.4 * WINDOW)),
 }
 
 
@@ -282,3 +284,25 @@ async def test_a_summary_budget_the_window_cannot_hold_stops_the_run(tokenizer):
         with pytest.raises(ConfigurationError, match=r"compaction\.summary_max_tokens to at most \d+"):
             await run(server, tokenizer, LIMITS[0], summary_max_tokens=1000)
         assert not server.generate_requests, "refused before the first turn"
+
+
+async def test_a_task_that_leaves_no_room_for_a_summary_still_runs(tokenizer):
+    # A task of ~1,400 tokens (with the system prompt and tools ~1,600) in the 1,800-token window leaves less than the summary's room and a turn's: its
+    # turns run as without context management (the room kept for a summary is never what ends an episode).
+    with SGLangTestServer(tokenizer, context_length=WINDOW) as server:
+        server.script("Answer: \\boxed{7}")
+        task = "Add numbers. Notes: " + " ".join(f"note {i} says nothing new;" for i in range(160))
+        record = await run_episode(
+            tokenizer,
+            SGLangClient(server.base_url, retry_delay=0.01, max_retries=1),
+            PluginSettings.from_mapping({"tools": [], "context_management": "summarize"}),
+            EpisodeSpec(prompt=task, sampling_params={"max_new_tokens": CAP}),
+            tools=[add],
+        )
+        assert record.termination is Termination.END_TURN, (record.termination, record.error)
+        (segment,) = record.segments
+        assert_segments(server, [segment.trajectory])
+        assert segment.trajectory.prompt_length > WINDOW - 400, (
+            "the premise: the task fills most of the window"
+        )
+        assert record.termination is Termination.END_TURN and "\\boxed{7}" in record.response
