@@ -17,15 +17,30 @@ pool does not live), and its proactive trigger estimates tokens from characters.
 * **When a turn did not fit** (Strands calls ``reduce_context`` with the overflow, which is also raised for
   a spent response budget): the compaction is deferred to the retried model call's hook. While compactions
   are left, the model does not shrink tool outputs to squeeze them into a nearly full segment
-  (``fit_tool_outputs``): a new segment holds them whole. When no compaction can help, the retry shrinks
-  them as it would without context management, and only then does the episode end.
+  (``fit_tool_outputs``): a new segment holds them whole (shrunk only where they alone would not leave a
+  turn its room). When no compaction can help, the retry runs as it would without context management
+  (tool outputs shrunk, no room kept for a summary), and only then does the episode end.
 
 Strategies: ``summarize`` appends a request for a summary to the segment being closed, so the summary is a
 TRAINED turn of the policy, written where the policy wrote it (with the whole history in context, a turn on a
 prefix-cached trajectory); the new conversation is the task, the summary and the newest messages the summary
-does not replace (after an overflow, the summary is asked before the tool results that did not fit, and they
-follow it whole with the call that asked for them). ``sliding_window`` keeps the task and the newest messages,
-no model call. The task (the sample's prompt messages) is never compacted away.
+does not replace. ``sliding_window`` keeps the task and the newest messages, no model call. The task (the
+sample's prompt messages) is never compacted away.
+
+**A summary always has room** (``summarize``). One tool result can take a segment from under the trigger to
+the window's edge, so the trigger alone cannot promise it. Instead, while compactions are left, every turn
+keeps the summary request and ``summary_max_tokens`` free (the model's ``reserved_tokens``: its new messages
+and its ``max_new_tokens`` stay short of them), and a turn whose new messages would leave it fewer tokens to
+write than that budget (or its own ``max_new_tokens``, when smaller; the model's ``min_turn_tokens``) does
+not fit: the segment is compacted first. So after any turn the summary can be asked before the newest
+messages, with its whole budget as ``max_new_tokens``; those messages then follow it whole in the next
+segment, with the call that asked for them. It is asked after them instead when they, the request and the
+whole budget fit, which the model checks on exact tokens before sending anything (always before them after
+an overflow). A summary cut at its budget (or without text) is never used: the compaction keeps the newest
+``window_size`` messages (the next segment is ``opened_by`` ``sliding_window``); the cut turn stays the
+closing segment's last, trained turn. A summary budget that, with its request, needs over half of the window
+or of the response budget stops the run (``ConfigurationError``). A first turn that cannot keep that room at
+all (a task that fills the window) runs as without context management.
 """
 
 from __future__ import annotations
@@ -41,13 +56,13 @@ from strands.hooks import BeforeModelCallEvent, HookRegistry
 from strands.types.content import Message, Messages
 from strands.types.exceptions import ContextWindowOverflowException
 
-from .errors import ConfigurationError, SlimeStrandsError
+from .errors import ConfigurationError
 from .model import SGLangModel
 from .record import COMPACTION_STRATEGIES
 from .segments import EpisodeSegments
 from .settings import CompactionSettings
 
-__all__ = ["SUMMARY_HEADER", "CompactionError", "ContextCompactor"]
+__all__ = ["SUMMARY_HEADER", "ContextCompactor"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +75,6 @@ _DEFAULT_SUMMARY_SHARE = 16
 
 SUMMARY_HEADER = "Summary of your work so far (the earlier messages were removed to free context):"
 """First line of the user message that holds the summary in the compacted conversation."""
-
-
-class CompactionError(SlimeStrandsError, ContextWindowOverflowException):
-    """A compaction could not be done: the episode ends as a full context would have ended it. (Kept for
-    callers that catch it: a summary that cannot be used now falls back to ``sliding_window`` instead.)"""
 
 
 class ContextCompactor(ConversationManager):
@@ -150,7 +160,7 @@ class ContextCompactor(ConversationManager):
         reserved, floor = 0, 1
         if self.strategy == "summarize" and not unmanaged:
             budget = await self._summary_budget(model)
-            reserved = await self._request_length(model) + budget
+            reserved = self._request_length(model) + budget
             cap = model.config["params"].get("max_new_tokens")
             floor = budget if cap is None else max(1, min(budget, int(cap)))
         model.update_config(
@@ -179,10 +189,10 @@ class ContextCompactor(ConversationManager):
         strategy, summary, keep_from = self.strategy, None, None
         if strategy == "summarize":
             summary, keep_from = await self._summarize(agent, model, answered, overflowed=overflowed)
-            if summary is None:
-                strategy = "sliding_window"  # no usable summary: keep the newest messages instead
+            if summary is None:  # no usable summary: keep the newest messages instead
+                strategy, keep_from = "sliding_window", answered - 1
         history = self._new_history(messages, strategy, summary=summary, keep_from=keep_from)
-        if history is None:  # the window holds every message: drop what the summary would have replaced
+        if history is None:  # the window holds every message: the task and the newest call with its results
             history = self._new_history(messages, self.strategy, summary=None, keep_from=keep_from)
         assert history is not None  # _can_compact checked it, and a summary only adds a message
         closed = model.start_segment()
@@ -277,7 +287,7 @@ class ContextCompactor(ConversationManager):
         tokens = self.settings.summary_max_tokens
         if tokens is None:
             tokens = min([_DEFAULT_SUMMARY_TOKENS, *(max(1, n // _DEFAULT_SUMMARY_SHARE) for n, _ in limits)])
-        request = await self._request_length(model)
+        request = self._request_length(model)
         for n, what in limits:
             if tokens + request > n // 2:
                 raise ConfigurationError(
@@ -287,7 +297,7 @@ class ContextCompactor(ConversationManager):
                 )
         return tokens
 
-    async def _request_length(self, model: SGLangModel) -> int:
+    def _request_length(self, model: SGLangModel) -> int:
         """Tokens of the summary request: its text, plus a margin for the chat template's turn markers."""
         if self._request_tokens is None:
             text = self.settings.summary_prompt

@@ -314,7 +314,7 @@ class SGLangModel(Model):
         tm = self.token_manager
         if len(tm) == 0:
             size = _content_chars(messages) + len(system_prompt or "") + len(json.dumps(tools or []))
-            room = await self._room()
+            room = await self._room(prompt=True)
             prompt_text, prompt_ids = await _offload(
                 size, self._render_initial, messages, system_prompt, tools, room
             )
@@ -524,15 +524,16 @@ class SGLangModel(Model):
 
     # -- budgets ---------------------------------------------------------------------------------
 
-    async def _room(self) -> int | None:
+    async def _room(self, *, prompt: bool = False) -> int | None:
         """Tokens that may still be appended (observation + generation) short of ``reserved_tokens``, or None
-        when unbounded."""
+        when unbounded; for a segment's ``prompt`` only the context window counts (the response budget does
+        not count prompt tokens)."""
         rooms = []
         context = await self._context_window()
         if context is not None:
             rooms.append(context - len(self.token_manager))
         budget = self.config["max_response_tokens"]
-        if budget is not None:
+        if budget is not None and not prompt:
             rooms.append(budget - self.token_manager.response_length)
         return min(rooms) - self.config["reserved_tokens"] if rooms else None
 
@@ -560,7 +561,9 @@ class SGLangModel(Model):
         context_room = None if context is None else context - len(tm) - delta_len - reserved
         budget = self.config["max_response_tokens"]
         response_room = None if budget is None else budget - tm.response_length - delta_len - reserved
-        kept = "" if (reserved, floor) == (0, 1) else f" ({reserved} kept free, {floor} needed to write)"
+        kept = f" ({reserved} kept free, {floor} needed to write)"
+        if (reserved, floor) == (0, _MIN_GENERATION_ROOM):
+            kept = ""
         if context_room is not None and context_room < floor:
             raise ContextWindowOverflowException(
                 f"the context window ({context} tokens) is full: the trajectory has {len(tm)} tokens and the new "

@@ -241,6 +241,7 @@ async def test_a_jumping_tool_result_compacts_and_the_episode_goes_on(
         )
         seen = tokenizer.decode(reader.token_ids)
         if "tool output truncated" in seen:
+            assert limit.budget is None, "a new segment's prompt is not response: the budget never cuts it"
             assert record.tool_outputs_truncated >= 1 and reader is not trajectories[0]
             assert policy.result_tokens > 0.5 * limit.size, (
                 "only a result that fills most of the window is cut"
