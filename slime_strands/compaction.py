@@ -290,10 +290,14 @@ class ContextCompactor(ConversationManager):
         request = self._request_length(model)
         for n, what in limits:
             if tokens + request > n // 2:
+                fix = (
+                    f"set compaction.summary_max_tokens to at most {n // 2 - request}"
+                    if n // 2 > request
+                    else "shorten compaction.summary_prompt"
+                )
                 raise ConfigurationError(
                     f"compaction: a {tokens}-token summary (summary_max_tokens) and its ~{request}-token request "
-                    f"(summary_prompt) need over half of the {n}-token {what}: set compaction.summary_max_tokens "
-                    f"to at most {max(1, n // 2 - request)} (or shorten compaction.summary_prompt)"
+                    f"(summary_prompt) need over half of the {n}-token {what}: {fix}"
                 )
         return tokens
 

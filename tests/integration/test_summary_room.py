@@ -74,9 +74,10 @@ LIMITS = [
 
 class JumpPolicy:
     """The server's responder: ``add`` calls while the segment would then still hold under ``level`` tokens
-    (of the window, or of the response budget), then one ``huge_output`` call (the segment then holds
-    ``jump_at`` tokens, in ``[level - 40, level)``) whose result is about ``result`` tokens, then ``after``
-    more ``add`` calls and the answer. A request ending with the summary request gets ``summary``."""
+    (of the window, or of the response budget), then one turn that says enough (`` ok`` tokens) before its
+    ``huge_output`` call for the segment to hold exactly ``level`` tokens, whose result is about ``result``
+    tokens; then ``after`` more ``add`` calls and the answer. A request ending with the summary request gets
+    ``summary``."""
 
     def __init__(
         self,
@@ -94,9 +95,11 @@ class JumpPolicy:
         per_line = len(tokenizer.encode(LINE.format(100) + "\n", add_special_tokens=False))
         self.lines = max(1, math.ceil(result / per_line))
         self.result_tokens = len(tokenizer.encode(huge_text(self.lines), add_special_tokens=False))
-        self.call_tokens = len(tokenizer.encode(huge_call(self.lines), add_special_tokens=False)) + 1
+        self.call_ids = tokenizer.encode(huge_call(self.lines), add_special_tokens=False)
+        self.pad_unit = tokenizer.encode(" ok", add_special_tokens=False)
         self.summaries: list[str] = []
-        self.first_input: int | None = None
+        self.prompt = 0  # the current segment's prompt (a request shorter than the last opens a segment)
+        self.last_input = 0
         self.jump_at: int | None = None  # what the segment held once huge_output was called
         self.adds = 0
         self.answered = False
@@ -107,15 +110,19 @@ class JumpPolicy:
         if SUMMARY_MARK in self.tokenizer.decode(ids[-120:]):
             self.summaries.append(self.summary.format(n=len(self.summaries) + 1))
             return Turn(self.summaries[-1])
-        if self.first_input is None:
-            self.first_input = len(ids)
+        if len(ids) < self.last_input or not self.last_input:
+            self.prompt = len(ids)
+        self.last_input = len(ids)
         if self.jump_at is None:
-            held = len(ids) - (self.first_input if self.response else 0)
-            if held + 40 + self.call_tokens < self.level:  # an add turn and its result are under 40 tokens
+            held = len(ids) - (self.prompt if self.response else 0)
+            call = len(self.call_ids) + 1  # with the end-of-turn token
+            if held + 48 + call < self.level:  # an add turn and its result take fewer than 48 tokens
                 self.adds += 1
                 return Turn(add_call(self.adds))
-            self.jump_at = held + self.call_tokens
-            return Turn(huge_call(self.lines))
+            pad = self.level - held - call
+            assert pad >= 0
+            self.jump_at = held + pad + call
+            return Turn(token_ids=(self.pad_unit * pad)[:pad] + self.call_ids)
         if self.after:  # a turn that says something before its call, as policies do
             self.after -= 1
             self.adds += 1
@@ -186,7 +193,7 @@ def assert_summaries_had_room(
 # 1,415 -> 1,765, a jump from half full to the edge or past it, and results that alone fill most of the
 # window, or more than it.
 JUMPS = {
-    "small jump over the trigger": (int(TRIGGER * WINDOW) - 50, 120),
+    "small jump over the trigger": (int(TRIGGER * WINDOW) - 20, 40),
     "the issue's 1,415 -> 1,765": (1416, 350),
     "from half full to the edge": (900, 830),
     "past the window": (1200, 900),
@@ -248,6 +255,26 @@ async def test_a_jumping_tool_result_compacts_and_the_episode_goes_on(
             )
         else:
             assert LINE.format(0) in seen and record.tool_outputs_truncated == 0
+
+
+@pytest.mark.parametrize("limit", LIMITS, ids=lambda limit: limit.name)
+async def test_a_result_arriving_over_the_trigger_follows_a_summary_asked_before_it(tokenizer, limit):
+    # The segment is over the trigger when a ~350-token result arrives: the summary cannot be asked after the
+    # result with its whole budget (the model refuses that request before sending it), so it is asked
+    # before, and the result follows it whole in the next segment.
+    with SGLangTestServer(tokenizer, context_length=limit.served) as server:
+        policy = JumpPolicy(server, tokenizer, level=1460, result=350, response=limit.budget is not None)
+        record = await run(server, tokenizer, limit)
+        trajectories = [s.trajectory for s in record.segments]
+        assert_segments(server, trajectories)
+        assert policy.jump_at is not None and policy.jump_at >= TRIGGER * limit.size, "the premise"
+        assert record.termination is Termination.END_TURN and policy.answered
+        assert record.compactions >= 1 and record.tool_outputs_truncated == 0
+        closing, following = (tokenizer.decode(tm.token_ids) for tm in trajectories[:2])
+        assert LINE.format(0) not in closing and SUMMARY_MARK in closing
+        assert following.index(policy.summaries[0]) < following.index(LINE.format(0))
+        assert LINE.format(policy.lines - 1) in following
+        assert_summaries_had_room(server, tokenizer, limit, None, trajectories[:-1])
 
 
 LONG_SUMMARY = "Summary {n}: " + " ".join(f"step {i} added one to the running total;" for i in range(30))
