@@ -103,6 +103,14 @@ class SGLangConfig(BaseModelConfig, total=False):
     fit_tool_outputs: bool
     """Shrink tool outputs that do not fit the room left in the trajectory (default), or raise
     ``ContextWindowOverflowException`` so context management can start a segment that holds them whole."""
+    reserved_tokens: int
+    """Tokens every turn leaves free at the end of the room (context window and response budget alike): its
+    new messages and its ``max_new_tokens`` stay within the rest. Context management keeps room for the
+    summary request and the summary this way (default 0)."""
+    min_turn_tokens: int
+    """Fewest tokens a turn may be left to write, after its new messages and ``reserved_tokens``: less raises
+    ``ContextWindowOverflowException`` (``ResponseBudgetExhaustedError`` for the response budget) before the
+    request, and tool outputs are shrunk to leave it (default 1)."""
 
 
 class TrajectoryError(SlimeStrandsError, RuntimeError):
@@ -187,6 +195,8 @@ class SGLangModel(Model):
             "abort_retries": 0,
             "abort_expected": None,
             "fit_tool_outputs": True,
+            "reserved_tokens": 0,
+            "min_turn_tokens": _MIN_GENERATION_ROOM,
         }
         self.update_config(params=dict(params if params is not None else sampling_params or {}), **config)
         self.token_manager = TokenManager()
@@ -253,7 +263,7 @@ class SGLangModel(Model):
         """A model for a sub-agent: the same client, tokenizer, chat template settings, tool parser and config
         (sampling params, budgets, routing key, abort handling), with a trajectory and counters of its own."""
         # Not inherited: derived from context_length, and set by the sub-agent's own conversation manager.
-        own = ("context_window_limit", "fit_tool_outputs")
+        own = ("context_window_limit", "fit_tool_outputs", "reserved_tokens", "min_turn_tokens")
         config: dict[str, Any] = {k: v for k, v in self.config.items() if k not in own}
         return SGLangModel(
             tokenizer=self.tokenizer,
@@ -303,8 +313,9 @@ class SGLangModel(Model):
         tm = self.token_manager
         if len(tm) == 0:
             size = _content_chars(messages) + len(system_prompt or "") + len(json.dumps(tools or []))
+            room = await self._room(prompt=True)
             prompt_text, prompt_ids = await _offload(
-                size, self._render_initial, messages, system_prompt, tools
+                size, self._render_initial, messages, system_prompt, tools, room
             )
             tm.add_prompt(prompt_ids)
             delta_ids: list[int] = []
@@ -412,15 +423,25 @@ class SGLangModel(Model):
         return self._tools_of[1], self._tools_of[2]
 
     def _render_initial(
-        self, messages: Messages, system_prompt: str | None, tools: list[dict[str, Any]] | None
+        self,
+        messages: Messages,
+        system_prompt: str | None,
+        tools: list[dict[str, Any]] | None,
+        room: int | None,
     ) -> tuple[str, list[int]]:
         template_messages = to_template_messages(messages, tool_ids=self._template_ids)
-        # A compacted history re-rendered as a new segment's prompt: its tool outputs as they were cut before.
-        self._cut_to_limit([m for m in template_messages if m["role"] == "tool"], count=False)
+        # A compacted history re-rendered as a new segment's prompt: its tool outputs as they were cut before,
+        # and shrunk when they do not fit the new segment either.
+        tool_msgs = [m for m in template_messages if m["role"] == "tool"]
+        encoded = self._cut_to_limit(tool_msgs, count=False)
         if system_prompt:
             template_messages.insert(0, {"role": "system", "content": system_prompt})
         text = self._renderer.render(template_messages, tools=tools)
-        return text, self._renderer.encode(text)
+        ids = self._renderer.encode(text)
+        if self._shrink_to_room(tool_msgs, encoded, len(ids), room):
+            text = self._renderer.render(template_messages, tools=tools)
+            ids = self._renderer.encode(text)
+        return text, ids
 
     async def _render_new_messages(
         self, messages: Messages, system_prompt: str | None, tools: list[dict[str, Any]] | None
@@ -467,21 +488,29 @@ class SGLangModel(Model):
         text, ids = self._renderer.encode_continuation(
             template_messages, system=system_prompt, tools=tools, after=after
         )
-        fit = self.config["fit_tool_outputs"]
-        if room is not None and tool_msgs and fit and len(ids) + _MIN_GENERATION_ROOM > room:
-            # Shrink every tool output evenly so the observation still leaves room to generate.
-            for m in tool_msgs:
-                if id(m) not in encoded:
-                    encoded[id(m)] = self._renderer.encode(m["content"])
-            overflow = len(ids) + _MIN_GENERATION_ROOM - room
-            current = sum(len(encoded[id(m)]) for m in tool_msgs)
-            per_tool = (current - overflow) // len(tool_msgs)
-            if per_tool >= _MIN_TRUNCATED_TOOL_TOKENS:
-                self._cut_tool_outputs(tool_msgs, encoded, per_tool)
-                text, ids = self._renderer.encode_continuation(
-                    template_messages, system=system_prompt, tools=tools, after=after
-                )
+        if self._shrink_to_room(tool_msgs, encoded, len(ids), room):
+            text, ids = self._renderer.encode_continuation(
+                template_messages, system=system_prompt, tools=tools, after=after
+            )
         return text, ids
+
+    def _shrink_to_room(
+        self, tool_msgs: list[dict[str, Any]], encoded: dict[int, list[int]], used: int, room: int | None
+    ) -> bool:
+        """With ``fit_tool_outputs``: shrink every tool output evenly so a render of ``used`` tokens that holds
+        them leaves ``min_turn_tokens`` of ``room`` to generate; True when they were shrunk (render again)."""
+        floor = self.config["min_turn_tokens"]
+        if room is None or not tool_msgs or not self.config["fit_tool_outputs"] or used + floor <= room:
+            return False
+        for m in tool_msgs:
+            if id(m) not in encoded:
+                encoded[id(m)] = self._renderer.encode(m["content"])
+        current = sum(len(encoded[id(m)]) for m in tool_msgs)
+        per_tool = (current - (used + floor - room)) // len(tool_msgs)
+        if per_tool < _MIN_TRUNCATED_TOOL_TOKENS:
+            return False
+        self._cut_tool_outputs(tool_msgs, encoded, per_tool)
+        return True
 
     def _cut_to_limit(self, tool_msgs: list[dict[str, Any]], *, count: bool = True) -> dict[int, list[int]]:
         """Cut each tool output to ``max_tool_output_tokens`` (head + tail); returns the token ids it computed.
@@ -526,16 +555,23 @@ class SGLangModel(Model):
 
     # -- budgets ---------------------------------------------------------------------------------
 
-    async def _room(self) -> int | None:
-        """Tokens that may still be appended (observation + generation), or None when unbounded."""
+    async def _room(self, *, prompt: bool = False) -> int | None:
+        """Tokens that may still be appended (observation + generation) short of ``reserved_tokens``, or None
+        when unbounded; for a segment's ``prompt`` only the context window counts (the response budget does
+        not count prompt tokens)."""
         rooms = []
         context = await self._context_window()
         if context is not None:
             rooms.append(context - len(self.token_manager))
         budget = self.config["max_response_tokens"]
-        if budget is not None:
+        if budget is not None and not prompt:
             rooms.append(budget - self.token_manager.response_length)
-        return min(rooms) if rooms else None
+        return min(rooms) - self.config["reserved_tokens"] if rooms else None
+
+    async def context_window(self) -> int | None:
+        """Tokens a trajectory segment may hold: the configured window, and the server's less the margin
+        SGLang's scheduler keeps; None while neither is known."""
+        return await self._context_window()
 
     async def _context_window(self) -> int | None:
         """Tokens the trajectory may hold: the configured window, and the server's less the margin SGLang's
@@ -547,23 +583,28 @@ class SGLangModel(Model):
         return min(known) if known else None
 
     async def _turn_budget(self, delta_len: int) -> tuple[int, Termination]:
-        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets, and
-        how a turn cut at that length ends the episode (the bound that set it; the cap on a tie)."""
+        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets, short
+        of ``reserved_tokens``, and how a turn cut at that length ends the episode (the bound that set it; the
+        cap on a tie)."""
         tm = self.token_manager
         cap = self.config["params"].get("max_new_tokens")
+        reserved, floor = self.config["reserved_tokens"], self.config["min_turn_tokens"]
         context = await self._context_window()
-        context_room = None if context is None else context - len(tm) - delta_len
+        context_room = None if context is None else context - len(tm) - delta_len - reserved
         budget = self.config["max_response_tokens"]
-        response_room = None if budget is None else budget - tm.response_length - delta_len
-        if context_room is not None and context_room < _MIN_GENERATION_ROOM:
+        response_room = None if budget is None else budget - tm.response_length - delta_len - reserved
+        kept = f" ({reserved} kept free, {floor} needed to write)"
+        if (reserved, floor) == (0, _MIN_GENERATION_ROOM):
+            kept = ""
+        if context_room is not None and context_room < floor:
             raise ContextWindowOverflowException(
                 f"the context window ({context} tokens) is full: the trajectory has {len(tm)} tokens and the new "
-                f"messages {delta_len}"
+                f"messages {delta_len}{kept}"
             )
-        if response_room is not None and response_room < _MIN_GENERATION_ROOM:
+        if response_room is not None and response_room < floor:
             raise ResponseBudgetExhaustedError(
                 f"the response budget ({budget} tokens) is spent: {tm.response_length} used, the new messages "
-                f"need {delta_len}"
+                f"need {delta_len}{kept}"
             )
         bounds = [
             (int(room), cut)

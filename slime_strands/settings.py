@@ -169,13 +169,18 @@ class CompactionSettings:
     ``response_budget``). It bounds the episode at ``max_compactions + 1`` samples."""
     window_size: int = 8
     """``sliding_window``: the most recent messages kept after the task (moved back to keep a tool call with
-    its result)."""
+    its result). ``summarize`` keeps as many when a summary cannot be used (see ``summary_max_tokens``)."""
     summary_prompt: str = DEFAULT_SUMMARY_PROMPT
     """``summarize``: the user message asking the policy for the summary, appended to the segment being
     closed (the summary is a trained turn of that segment)."""
     summary_ratio: float = 1.0
     """``summarize``: share of the messages after the task that the summary replaces, oldest first (moved
     forward so a tool result keeps its call); the rest stays verbatim after the summary."""
+    summary_max_tokens: int | None = None
+    """``summarize``: the summary's ``max_new_tokens``, and the room every segment keeps free for it (with the
+    summary request) so a summary always fits. None: 1024, or a sixteenth of the context window or of the
+    response budget when that is smaller. A summary is asked only where all of it fits, and a summary cut at
+    this length is never used: the compaction then keeps the newest ``window_size`` messages instead."""
 
     def __post_init__(self) -> None:
         if not 0 < self.trigger_share <= 1:
@@ -188,13 +193,17 @@ class CompactionSettings:
             raise SettingsError(f"compaction.window_size must be >= 1, got {self.window_size!r}")
         if not self.summary_prompt.strip():
             raise SettingsError("compaction.summary_prompt must not be empty")
+        if self.summary_max_tokens is not None and self.summary_max_tokens < 1:
+            raise SettingsError(
+                f"compaction.summary_max_tokens must be >= 1 or null, got {self.summary_max_tokens!r}"
+            )
 
 
 # The compaction knobs that only one strategy reads.
 _STRATEGY_KNOBS = {
-    "window_size": "sliding_window",
     "summary_prompt": "summarize",
     "summary_ratio": "summarize",
+    "summary_max_tokens": "summarize",
 }
 
 
