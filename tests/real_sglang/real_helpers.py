@@ -10,8 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from recording_proxy import Exchange, RecordingProxy
-
+from real_sglang.recording_proxy import Exchange, RecordingProxy
 from slime_strands.client import SGLANG_CONTEXT_MARGIN, SGLangClient
 from slime_strands.episode import EpisodeSpec, run_episode
 from slime_strands.record import EpisodeRecord
@@ -55,7 +54,10 @@ def server_loads(base_url: str) -> Loads:
     with urllib.request.urlopen(f"{base_url}/v1/loads", timeout=10) as response:
         load = json.load(response)["loads"][0]
     return Loads(
-        load["num_running_reqs"], load["num_waiting_reqs"], load["num_used_tokens"], load["max_total_num_tokens"]
+        load["num_running_reqs"],
+        load["num_waiting_reqs"],
+        load["num_used_tokens"],
+        load["max_total_num_tokens"],
     )
 
 
@@ -124,7 +126,9 @@ def check_trajectory(tm: TokenManager, proxy: RecordingProxy, key: str) -> list[
     window = CONTEXT_LENGTH - SGLANG_CONTEXT_MARGIN
     for e in exchanges:
         sent = len(e.body["input_ids"]) + int(e.body["sampling_params"]["max_new_tokens"])
-        assert len(e.body["input_ids"]) < window, f"an input of {len(e.body['input_ids'])} tokens reached the edge"
+        assert len(e.body["input_ids"]) < window, (
+            f"an input of {len(e.body['input_ids'])} tokens reached the edge"
+        )
         assert sent <= CONTEXT_LENGTH, f"input + max_new_tokens = {sent} > the window {CONTEXT_LENGTH}"
     answered = [e for e in exchanges if e.status == 200 and e.rid in proxy.answers]
     generated = [s for s in tm.segments if s.kind == "generated"]

@@ -77,7 +77,9 @@ class RecordingProxy:
     def start(self) -> RecordingProxy:
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, args=(ready,), name="recording-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, args=(ready,), name="recording-proxy", daemon=True
+        )
         self._thread.start()
         if not ready.wait(30):
             raise RuntimeError("the recording proxy did not start")
@@ -183,7 +185,8 @@ class RecordingProxy:
         return [
             e
             for e in self.exchanges[since:]
-            if e.path == "/generate" and (routing_key is None or e.headers.get("x-smg-routing-key") == routing_key)
+            if e.path == "/generate"
+            and (routing_key is None or e.headers.get("x-smg-routing-key") == routing_key)
         ]
 
     def mark(self) -> int:

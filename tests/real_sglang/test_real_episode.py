@@ -4,16 +4,29 @@ random-weight Qwen3, every trajectory checked against what the server saw and an
 from __future__ import annotations
 
 import pytest
-import real_tools
-from real_helpers import ANSWER, CALL_ADD, GREEDY, call, check_record, get_json, literal, post_json, run, settings
 
+from real_sglang import real_tools
+from real_sglang.real_helpers import (
+    ANSWER,
+    CALL_ADD,
+    GREEDY,
+    call,
+    check_record,
+    get_json,
+    literal,
+    post_json,
+    run,
+    settings,
+)
 from slime_strands.record import OUTCOMES, Termination
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 
 
 async def test_grammar_tool_calls_run_the_tool_until_the_limit(proxy, tokenizer):
-    record = await run(proxy, tokenizer, {**GREEDY, "regex": literal(CALL_ADD)}, plugin=settings(max_tool_iters=2))
+    record = await run(
+        proxy, tokenizer, {**GREEDY, "regex": literal(CALL_ADD)}, plugin=settings(max_tool_iters=2)
+    )
     assert record.termination is Termination.TOOL_LIMIT, record.error
     assert OUTCOMES[record.termination].status == "TRUNCATED"
     assert (record.turns, record.tool_iters, record.tool_calls, record.parse_errors) == (3, 2, 2, {})
@@ -41,7 +54,7 @@ async def test_weight_version_is_recorded_per_turn(proxy, tokenizer, sglang_serv
     before = get_json(proxy.base_url, "/model_info")["weight_version"]
     real_tools.SERVER["url"] = proxy.base_url
     regex = literal(call("publish_weights", version="tier-v2"))
-    plugin = settings(tools=["real_tools.publish_weights"], max_tool_iters=1)
+    plugin = settings(tools=["real_sglang.real_tools.publish_weights"], max_tool_iters=1)
     try:
         record = await run(proxy, tokenizer, {**GREEDY, "regex": regex}, plugin=plugin)
     finally:

@@ -101,7 +101,9 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("out", help="folder to write (created)")
     parser.add_argument("--moe", action="store_true", help="a tiny Qwen3-MoE (Qwen3MoeForCausalLM) instead")
     ns = parser.parse_args()
