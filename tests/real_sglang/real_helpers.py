@@ -66,7 +66,8 @@ def post_json(base_url: str, path: str, body: Mapping[str, Any]) -> Any:
         base_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(request, timeout=60) as response:
-        return json.load(response)
+        raw = response.read()
+    return json.loads(raw) if raw else None  # /abort_request answers 200 with an empty body
 
 
 def get_json(base_url: str, path: str) -> Any:
