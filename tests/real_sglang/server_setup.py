@@ -20,16 +20,17 @@ from real_sglang.real_helpers import server_loads
 from real_sglang.server_process import SGLangServerProcess
 from real_sglang.tiny_model import make_tiny_model
 
-__all__ = ["RunningServer", "running_server_url", "server_python", "start_server", "wait_idle"]
+__all__ = ["RunningServer", "running_server_url", "server_python", "slime_paths", "start_server", "wait_idle"]
 
 PYTHON_ENV = "SLIME_STRANDS_SGLANG_PYTHON"
 URL_ENV = "SLIME_STRANDS_SGLANG_URL"
 REQUIRE_ENV = "SLIME_STRANDS_REQUIRE_REAL_SGLANG"
+SLIME_SOURCE_ENV = "SLIME_STRANDS_SLIME_SOURCE"
+SLIME_DEPS_ENV = "SLIME_STRANDS_SLIME_DEPS"
 IDLE_TIMEOUT_S = 120.0
 SETUP_HINT = (
-    "set up the server venv once: `bash scripts/real_sglang/build_venv.sh ~/.cache/slime-strands/sglang-venv`, "
-    "then run: `SLIME_STRANDS_SGLANG_PYTHON=~/.cache/slime-strands/sglang-venv/bin/python pytest -q "
-    "tests/real_sglang`"
+    'set it up with `eval "$(bash scripts/real_sglang/setup.sh ~/.cache/slime-strands)"`, then run '
+    "`pytest -q tests/real_sglang`"
 )
 
 
@@ -45,17 +46,33 @@ def running_server_url() -> str | None:
     return url.rstrip("/") if url else None
 
 
+def _setting(name: str) -> str:
+    """An environment variable of the tier's set-up; skips without it, fails when the tier is required (CI)."""
+    value = os.environ.get(name)
+    if not value:
+        if os.environ.get(REQUIRE_ENV, "") not in ("", "0"):
+            pytest.fail(f"{REQUIRE_ENV} is set but {name} is not: {SETUP_HINT}", pytrace=False)
+        pytest.skip(f"the real-SGLang tier needs {name}: {SETUP_HINT}")
+    return value
+
+
 def server_python() -> str:
-    """The server venv's python; skips (fails when the tier is required) without one."""
-    python = os.environ.get(PYTHON_ENV)
-    required = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
-    if not python:
-        if required:
-            pytest.fail(f"{REQUIRE_ENV} is set but {PYTHON_ENV} is not: {SETUP_HINT}", pytrace=False)
-        pytest.skip(f"the real-SGLang tier needs {PYTHON_ENV}: {SETUP_HINT}")
+    """The server venv's python (``SLIME_STRANDS_SGLANG_PYTHON``)."""
+    python = _setting(PYTHON_ENV)
     if not os.access(python, os.X_OK):
         pytest.fail(f"{PYTHON_ENV}={python} is not an executable python: {SETUP_HINT}", pytrace=False)
     return python
+
+
+def slime_paths() -> tuple[Path, Path]:
+    """slime's unmodified source and the folder of what its rollout module imports (setup.sh makes both)."""
+    source, deps = Path(_setting(SLIME_SOURCE_ENV)), Path(_setting(SLIME_DEPS_ENV))
+    if not (source / "slime" / "rollout" / "sglang_rollout.py").is_file() or not deps.is_dir():
+        pytest.fail(
+            f"{SLIME_SOURCE_ENV}={source} / {SLIME_DEPS_ENV}={deps} are not set up: {SETUP_HINT}",
+            pytrace=False,
+        )
+    return source, deps
 
 
 def start_server(tmp: Path, *, moe: bool = False, extra_args: tuple[str, ...] = ()) -> SGLangServerProcess:
