@@ -131,7 +131,17 @@ def check_trajectory(tm: TokenManager, proxy: RecordingProxy, key: str) -> list[
             f"an input of {len(e.body['input_ids'])} tokens reached the edge"
         )
         assert sent <= CONTEXT_LENGTH, f"input + max_new_tokens = {sent} > the window {CONTEXT_LENGTH}"
-    answered = [e for e in exchanges if e.status == 200 and e.rid in proxy.answers]
+    # answers with tokens, but not a server abort whose turn was sent again (its partial output is dropped)
+    answered = [
+        e
+        for i, e in enumerate(exchanges)
+        if e.status == 200
+        and e.rid in proxy.answers
+        and not (
+            e.finish_type == "abort"
+            and any(x.body["input_ids"] == e.body["input_ids"] for x in exchanges[i + 1 :])
+        )
+    ]
     generated = [s for s in tm.segments if s.kind == "generated"]
     for segment, exchange in zip(generated, answered, strict=False):
         meta = exchange.answer["meta_info"]

@@ -123,11 +123,13 @@ async def test_a_queued_turn_that_times_out_is_sent_again_under_an_unrelated_id(
 
 
 async def test_the_server_aborts_a_disconnected_queued_request_and_every_id_it_prefixes(proxy, sglang_server):
-    """The server behaviour behind defect 1, as SGLang 0.5.23 does it: a queued request whose client hangs up is
-    aborted, and the abort takes every queued request whose id starts with its id."""
+    """The server behaviour behind defect 1, as SGLang 0.5.23 does it: a request whose client hangs up is aborted,
+    and the abort takes every request whose id starts with its id (queued or, should the pool free up, running:
+    both requests are long enough to outlive the abort either way)."""
     base = proxy.base_url
     rid = f"tier-{uuid.uuid4().hex}"
-    body = {"input_ids": [9707, 11, 1879], "sampling_params": {"max_new_tokens": 100}, "return_logprob": True}
+    params = {"max_new_tokens": 900, "ignore_eos": True, "temperature": 0.0}
+    body = {"input_ids": [9707, 11, 1879], "sampling_params": params, "return_logprob": True}
     async with filled_kv_pool(sglang_server.base_url), aiohttp.ClientSession() as session:
 
         async def generate(request_id: str) -> dict:
@@ -142,5 +144,7 @@ async def test_the_server_aborts_a_disconnected_queued_request_and_every_id_it_p
             await original
         answer = await asyncio.wait_for(extended, WAIT_S)
     finish = answer["meta_info"]["finish_reason"]
-    assert (finish["type"], finish["message"]) == ("abort", "Abort in waiting queue"), finish
-    assert answer["output_ids"] == []
+    assert finish["type"] == "abort" and finish.get("message") in ("Abort in waiting queue", "Aborted"), (
+        finish
+    )
+    assert len(answer["output_ids"]) < 900
