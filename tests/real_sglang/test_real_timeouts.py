@@ -120,31 +120,3 @@ async def test_a_queued_turn_that_times_out_is_sent_again_under_an_unrelated_id(
     answered = check_record(record, proxy)
     assert [e.rid for e in answered] == [attempts[-1].rid]
     assert record.response.endswith(SHORT_ANSWER + "<|im_end|>"), record.response
-
-
-async def test_the_server_aborts_a_disconnected_queued_request_and_every_id_it_prefixes(proxy, sglang_server):
-    """The server behaviour behind defect 1, as SGLang 0.5.23 does it: a request whose client hangs up is aborted,
-    and the abort takes every request whose id starts with its id (queued or, should the pool free up, running:
-    both requests are long enough to outlive the abort either way)."""
-    base = proxy.base_url
-    rid = f"tier-{uuid.uuid4().hex}"
-    params = {"max_new_tokens": 900, "ignore_eos": True, "temperature": 0.0}
-    body = {"input_ids": [9707, 11, 1879], "sampling_params": params, "return_logprob": True}
-    async with filled_kv_pool(sglang_server.base_url), aiohttp.ClientSession() as session:
-
-        async def generate(request_id: str) -> dict:
-            async with session.post(f"{base}/generate", json={**body, "rid": request_id}) as response:
-                return await response.json()
-
-        original = asyncio.create_task(generate(rid))
-        extended = asyncio.create_task(generate(f"{rid}-retry1"))
-        await wait_for(proxy, lambda ex: sum(e.path == "/generate" for e in ex) == 2, "both requests queued")
-        original.cancel()  # the client hangs up (as on its timeout); the proxy hangs up on SGLang
-        with contextlib.suppress(asyncio.CancelledError):
-            await original
-        answer = await asyncio.wait_for(extended, WAIT_S)
-    finish = answer["meta_info"]["finish_reason"]
-    assert finish["type"] == "abort" and finish.get("message") in ("Abort in waiting queue", "Aborted"), (
-        finish
-    )
-    assert len(answer["output_ids"]) < 900
