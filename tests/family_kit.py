@@ -283,8 +283,8 @@ class Family:
 
 
 def _coder_value(value: Any) -> str:
-    if isinstance(value, (dict, list)):
-        return _json(value)
+    """Qwen3-Coder's template writes a non-string value with Jinja's ``string`` filter: Python's ``str()``
+    (``{'k': 'é'}``, ``[1, 'two']``, ``True``, ``None``), so that is what its model writes back."""
     return str(value)
 
 
