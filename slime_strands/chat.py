@@ -14,7 +14,9 @@ Templates end an assistant turn in one of two ways, found by rendering (never by
 
 Either way those tokens are the stop tokens, and a continuation is rendered starting AT the stop token: when
 the model's own last token is that token it is not appended twice (counted once), otherwise (the model
-stopped on another stop token, e.g. ``<|endoftext|>``) the template's closing / role token follows it.
+stopped on another stop token, e.g. ``<|endoftext|>``) the template's closing / role token follows it. The
+model's end-of-sequence tokens (``end_tokens.py``: what SGLang stops on by itself) end a turn too; Llama 3's
+``<|eom_id|>`` closes it in place of the template's ``<|eot_id|>``, which then does not follow it.
 
 Template quirks handled by detection: tool-call ``arguments`` as a mapping (GLM iterates it) or a JSON string
 (DeepSeek-V3.1 concatenates it); tool results as role ``tool``, ``ipython`` or ``observation`` (or wrapped in a
@@ -34,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from .end_tokens import CLOSES_IN_PLACE_OF, end_of_sequence_tokens
 from .errors import ConfigurationError
 from .token_codec import TokenCodec
 
@@ -160,6 +163,11 @@ class TemplateFacts:
     """The role the template renders tool results for (``tool``, ``ipython`` or ``observation``)."""
     parallel_calls: bool | None = None
     """Whether the template renders several calls in one turn (None: not probed). Llama 3.2's refuses."""
+    end_tokens: tuple[str, ...] = ()
+    """The model's end-of-sequence tokens that are not stop tokens (``end_tokens.py``): a turn may end on one."""
+    end_token_ids: tuple[int, ...] = ()
+    closing_in_place: tuple[int, ...] = ()
+    """End tokens that close a turn in place of the template's closing token (Llama 3's ``<|eom_id|>``)."""
 
 
 _SHAPES_PER_TEMPLATE = 1024
@@ -266,6 +274,11 @@ class ChatRenderer:
         return self.facts.stop_token_ids
 
     @property
+    def turn_end_ids(self) -> tuple[int, ...]:
+        """Every token a turn may end on: the template's stop tokens, then the model's end-of-sequence ones."""
+        return self.facts.stop_token_ids + self.facts.end_token_ids
+
+    @property
     def end_of_turn(self) -> str:
         """The first stop token (the closing token of templates that have one)."""
         return self.facts.stop_tokens[0]
@@ -361,11 +374,16 @@ class ChatRenderer:
             segments, risky = cached
             text = "".join(segments)
             ids = self._encode_segments(segments, risky, text)
-        if after is not None and ids and ids[0] == after:
-            lead = self._token_text(after)
+        if after is not None and ids and self._already_closed(after, ids[0]):
+            lead = self._token_text(ids[0])
             if text.startswith(lead):
                 return text[len(lead) :], ids[1:]
         return text, ids
+
+    def _already_closed(self, last: int, first: int) -> bool:
+        """Whether a continuation starting with token ``first`` (the closing token or a role tag) must drop it
+        after a turn that ended on ``last``: the model wrote that token, or one that closes in its place."""
+        return first == last or (last in self.facts.closing_in_place and first == self.end_of_turn_id)
 
     def _cached_segments(
         self,
@@ -529,10 +547,12 @@ class ChatRenderer:
             text = self._token_texts[token_id] = self.decode([token_id])
         return text
 
-    def without_stop_token(self, output_ids: Sequence[int]) -> list[int]:
-        """A turn's ``output_ids`` without the stop token that ended it (if it ended on one)."""
+    def without_stop_token(self, output_ids: Sequence[int], ended_on: int | None = None) -> list[int]:
+        """A turn's ``output_ids`` without the token that ended it: its last token when that is one of
+        :attr:`turn_end_ids` or ``ended_on`` (the stop token the server reports, e.g. one of the request's own
+        stop ids); a turn cut by ``max_new_tokens`` keeps every token."""
         ids = list(output_ids)
-        if ids and ids[-1] in self.stop_token_ids:
+        if ids and (ids[-1] in self.turn_end_ids or (ended_on is not None and ids[-1] == ended_on)):
             ids.pop()
         return ids
 
@@ -617,14 +637,31 @@ class ChatRenderer:
         )
         user = [{"role": "user", "content": _BASE_USER}]
         bare, prompted = self._apply(user, None, False), self._apply(user, None, True)
+        turn_end: TurnEnd = "closing token" if len(stop_tokens) == 1 else "next role tag"
+        end_tokens = self._end_tokens(stop_tokens)
+        closing = stop_tokens[0] if turn_end == "closing token" else None
         return TemplateFacts(
             stop_tokens=stop_tokens,
             stop_token_ids=tuple(self._single_token_id(t) for t in stop_tokens),
-            turn_end="closing token" if len(stop_tokens) == 1 else "next role tag",
+            turn_end=turn_end,
             generation_prompt=prompted[len(bare) :] if prompted.startswith(bare) else "",
             arguments_as=self._arguments_type(),
             tool_role=tool_role,
+            end_tokens=tuple(end_tokens),
+            end_token_ids=tuple(end_tokens.values()),
+            closing_in_place=tuple(
+                i for t, i in end_tokens.items() if closing and CLOSES_IN_PLACE_OF.get(t) == closing
+            ),
         )
+
+    def _end_tokens(self, stop_tokens: Sequence[str]) -> dict[str, int]:
+        """The model's end-of-sequence tokens that are not stop tokens, with their ids (each a single token)."""
+        found: dict[str, int] = {}
+        for token in end_of_sequence_tokens(self.tokenizer):
+            ids = self.encode(token)
+            if token not in stop_tokens and len(ids) == 1:
+                found[token] = ids[0]
+        return found
 
     def _tool_role(self) -> str:
         """The first of ``tool`` / ``ipython`` / ``observation`` whose messages the template shows."""
