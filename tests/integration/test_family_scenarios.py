@@ -303,12 +303,17 @@ async def test_length_finish(family, tok):
     long = Turn(content="word " * 200)
     with _server(family, tok, family.call_turn(Call("add", {"a": 2, "b": 3})), long) as server:
         model = make_model(tok, server, params={"max_new_tokens": 40})
+        agent = make_agent(model, [add])
         with pytest.raises(MaxTokensReachedException):
-            await make_agent(model, [add]).invoke_async("What is 2+3?")
+            await agent.invoke_async("What is 2+3?")
         _check(model, server)
         last = model.token_manager.segments[-1]
         assert last.kind == "generated" and len(last) == 40 and last.info.finish_reason == "length"
-        assert not set(last.token_ids) & {tok.convert_tokens_to_ids(t) for t in stop_tokens(family)}
+        assert not set(last.token_ids) & {tok.convert_tokens_to_ids(t) for t in end_tokens(family, tok)}
+        # The partial message Strands keeps is the text of ALL 40 tokens: none ended the turn, none is dropped.
+        (block,) = agent.messages[-1]["content"]
+        decoded = tok.decode(list(last.token_ids))
+        assert decoded.endswith(block["text"]) and block["text"].count("word") == decoded.count("word") > 0
 
 
 async def test_follow_up_user_turn(family, tok):
