@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from family_kit import FAMILIES, family_tokenizer
+from family_kit import FAMILIES, TEMPLATES, family_tokenizer
 
 from slime_strands import SGLangModel
 from slime_strands.chat import ChatRenderer, TemplateError
@@ -158,6 +158,30 @@ def test_llama_eom_closes_the_turn_in_place_of_eot():
     assert renderer.without_stop_token([1, 2, end_of_text]) == [1, 2]
     assert renderer.without_stop_token([1, 2, 3]) == [1, 2, 3], "only a token that ends a turn is dropped"
     assert renderer.without_stop_token([1, 2, 3], 3) == [1, 2], "the token the server says it stopped on"
+
+
+def test_llama31_ipython_mode_renders_eom_itself():
+    """Llama 3.1 / 3.3's templates close a tool-call turn with <|eom_id|> when ``builtin_tools`` is set: the
+    probe accepts it, and a continuation after the model's <|eom_id|> is exactly what the template renders."""
+    llama = (TEMPLATES / "llama32.jinja").read_text()
+    eot_after_call = "{{ '}<|eot_id|>' }}"
+    assert eot_after_call in llama
+    ipython = llama.replace(
+        eot_after_call, "{{ '}' + ('<|eom_id|>' if builtin_tools is defined else '<|eot_id|>') }}"
+    )
+    tok = _with_template("llama3", ipython)
+    renderer = ChatRenderer(tok, template_kwargs={"builtin_tools": ["brave_search"]})
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 1}}}
+    conversation = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "5"},
+    ]
+    full = renderer.render(conversation)
+    turn = '{"name": "add", "parameters": {"a": 1}}<|eom_id|>'
+    assert turn in full
+    text, _ = renderer.encode_continuation(conversation[2:], after=tok.convert_tokens_to_ids("<|eom_id|>"))
+    assert full.endswith(turn + text)
 
 
 def test_eom_is_no_closing_token_where_the_template_closes_with_another():
