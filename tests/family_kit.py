@@ -127,6 +127,8 @@ class Turn:
     calls: Sequence[Call | Bad] = ()
     reasoning: str | None = None
     reasoning_calls: Sequence[Call] = ()
+    stop: str | None = None
+    """The token the model ends the turn on (None: the family's usual one, see :meth:`Family.stop`)."""
 
     @property
     def valid_calls(self) -> list[Call]:
@@ -249,7 +251,7 @@ class Family:
         return think + "\n".join(p for p in (turn.content, bad, calls) if p)
 
     def stop(self, turn: Turn) -> str:
-        return self.call_stop if turn.calls else self.answer_stop
+        return turn.stop or (self.call_stop if turn.calls else self.answer_stop)
 
     # -- malformed calls --------------------------------------------------------------------------
 
