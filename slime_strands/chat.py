@@ -559,17 +559,18 @@ class ChatRenderer:
     def opens_reasoning(self, prompt_text: str) -> bool:
         """True when the generation prompt leaves a ``<think>`` block open (the output starts in reasoning).
 
-        Only the generation prompt counts: the text from its last occurrence, when no stop token follows it
-        (a ``<think>`` written inside a user or tool message, or after tool output with no generation prompt
-        at all, must not count).
+        Only the generation prompt counts, and only where it is: at the END of ``prompt_text`` (the template
+        appends it last). Text inside a user or tool message never counts, whatever it holds (a tool that prints
+        ``<think>`` or a stop token's text), nor does a continuation with no generation prompt at all (DeepSeek
+        after tool output). A template whose generation prompt could not be isolated: the text after the last
+        stop token.
         """
         prompt = self.facts.generation_prompt
-        at = prompt_text.rfind(prompt) if prompt else -1
-        if at >= 0:
-            tail = prompt_text[at:]
-            if any(t in tail[len(prompt) :] for t in self.stop_tokens):
-                return False  # that generation prompt belongs to an earlier, finished turn
-        else:  # no generation prompt known: the text after the last stop token
+        if prompt:
+            if not prompt_text.endswith(prompt):
+                return False
+            tail = prompt
+        else:
             at = max((prompt_text.rfind(t) + len(t) for t in self.stop_tokens if t in prompt_text), default=0)
             tail = prompt_text[at:]
         return tail.rfind(_THINK_OPEN) > tail.rfind(_THINK_CLOSE)
