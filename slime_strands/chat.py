@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .end_tokens import CLOSES_IN_PLACE_OF, end_of_sequence_tokens
+from .end_tokens import CLOSES_IN_PLACE_OF, end_of_sequence_ids
 from .errors import ConfigurationError
 from .token_codec import TokenCodec
 
@@ -656,12 +656,13 @@ class ChatRenderer:
         )
 
     def _end_tokens(self, stop_tokens: Sequence[str]) -> dict[str, int]:
-        """The model's end-of-sequence tokens that are not stop tokens, with their ids (each a single token)."""
+        """The model's end-of-sequence tokens that are not stop tokens, by text (ids whose text does not encode
+        back to them alone are left out: they could not be found in rendered text)."""
         found: dict[str, int] = {}
-        for token in end_of_sequence_tokens(self.tokenizer):
-            ids = self.encode(token)
-            if token not in stop_tokens and len(ids) == 1:
-                found[token] = ids[0]
+        for token_id in end_of_sequence_ids(self.tokenizer):
+            text = self.decode([token_id])
+            if text not in stop_tokens and self.encode(text) == [token_id]:
+                found[text] = token_id
         return found
 
     def _tool_role(self) -> str:

@@ -25,7 +25,7 @@ import logging
 import os
 from typing import Any
 
-__all__ = ["CLOSES_IN_PLACE_OF", "end_of_sequence_tokens"]
+__all__ = ["ALWAYS_STOP", "CLOSES_IN_PLACE_OF", "end_of_sequence_ids"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,16 +36,16 @@ CLOSES_IN_PLACE_OF = {"<|eom_id|>": "<|eot_id|>"}
 _CONFIG_FILES = ("config.json", "generation_config.json")
 
 
-def end_of_sequence_tokens(tokenizer: Any) -> tuple[str, ...]:
-    """The model's end-of-sequence tokens (each a single token of ``tokenizer``), in a stable order."""
+def end_of_sequence_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The model's end-of-sequence token ids (within the tokenizer's vocabulary), in a stable order."""
     vocabulary = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
-    tokens = [getattr(tokenizer, "eos_token", None)]
-    tokens += [token for token in ALWAYS_STOP if token in vocabulary]
+    ids = [getattr(tokenizer, "eos_token_id", None)]
+    ids += [vocabulary[token] for token in ALWAYS_STOP if token in vocabulary]
+    ids += _configured_eos_ids(str(getattr(tokenizer, "name_or_path", "") or ""))
     size = len(tokenizer)
-    for token_id in _configured_eos_ids(str(getattr(tokenizer, "name_or_path", "") or "")):
-        if 0 <= token_id < size:
-            tokens.append(tokenizer.convert_ids_to_tokens(token_id))
-    return tuple(dict.fromkeys(t for t in tokens if isinstance(t, str) and t))
+    return tuple(
+        dict.fromkeys(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size)
+    )
 
 
 def _configured_eos_ids(name: str) -> list[int]:

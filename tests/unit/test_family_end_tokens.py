@@ -10,7 +10,11 @@ import logging
 from family_kit import family_tokenizer
 
 from slime_strands.chat import ChatRenderer
-from slime_strands.end_tokens import end_of_sequence_tokens
+from slime_strands.end_tokens import end_of_sequence_ids
+
+
+def end_of_sequence_tokens(tok):
+    return tuple(tok.convert_ids_to_tokens(list(end_of_sequence_ids(tok))))
 
 
 def _qwen3_in(folder, **files):
@@ -25,12 +29,16 @@ def test_eos_ids_of_config_and_generation_config_in_the_tokenizer_folder(tmp_pat
     tok = _qwen3_in(
         tmp_path,
         config={"eos_token_id": 151643, "bos_token_id": 151644},
-        generation_config={"eos_token_id": [151645, 151657, 10**9, "x", True]},  # out of range / not ids
+        generation_config={"eos_token_id": [151645, 151657, 10**9, -1, "x", True, 9707, 100024]},
     )
-    assert end_of_sequence_tokens(tok) == ("<|im_end|>", "<|endoftext|>", "<tool_call>")
+    # 10**9, -1: not in the vocabulary; "x", True: not ids; 9707: "Hello"; 100024: half a UTF-8 character
+    assert end_of_sequence_tokens(tok)[:4] == ("<|im_end|>", "<|endoftext|>", "<tool_call>", "Hello")
+    assert len(end_of_sequence_tokens(tok)) == 5
     renderer = ChatRenderer(tok)
-    assert renderer.facts.end_tokens == ("<|endoftext|>", "<tool_call>"), "the stop token is not repeated"
-    assert renderer.turn_end_ids == (151645, 151643, 151657)
+    assert renderer.facts.end_tokens == ("<|endoftext|>", "<tool_call>", "Hello"), (
+        "stop tokens are not repeated; a token whose text does not encode back to it is left out"
+    )
+    assert renderer.turn_end_ids == (151645, 151643, 151657, 9707)
 
 
 def test_no_config_files_leaves_the_tokenizer_eos(tmp_path):
