@@ -15,7 +15,7 @@ Templates end an assistant turn in one of two ways, found by rendering (never by
 Either way those tokens are the stop tokens, and a continuation is rendered starting AT the stop token: when
 the model's own last token is that token it is not appended twice (counted once), otherwise (the model
 stopped on another stop token, e.g. ``<|endoftext|>``) the template's closing / role token follows it. The
-model's end-of-sequence tokens (``end_tokens.py``: what SGLang stops on by itself) end a turn too; Llama 3's
+model's end-of-sequence tokens (what SGLang stops on by itself, see ``end_of_sequence_ids``) end a turn too; Llama 3's
 ``<|eom_id|>`` closes it in place of the template's ``<|eot_id|>``, which then does not follow it.
 
 Template quirks handled by detection: tool-call ``arguments`` as a mapping (GLM iterates it) or a JSON string
@@ -30,17 +30,24 @@ import functools
 import itertools
 import json
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .end_tokens import CLOSES_IN_PLACE_OF, end_of_sequence_ids
 from .errors import ConfigurationError
 from .token_codec import TokenCodec
 
-__all__ = ["ChatRenderer", "TemplateError", "to_template_messages", "to_template_tools", "tool_result_text"]
+__all__ = [
+    "ChatRenderer",
+    "TemplateError",
+    "end_of_sequence_ids",
+    "to_template_messages",
+    "to_template_tools",
+    "tool_result_text",
+]
 
 _BASE_USER = "Base question for incremental rendering."
 _BASE_ASSISTANT = "Base answer 7f3a9c for incremental rendering."
@@ -164,7 +171,8 @@ class TemplateFacts:
     parallel_calls: bool | None = None
     """Whether the template renders several calls in one turn (None: not probed). Llama 3.2's refuses."""
     end_tokens: tuple[str, ...] = ()
-    """The model's end-of-sequence tokens that are not stop tokens (``end_tokens.py``): a turn may end on one."""
+    """The model's end-of-sequence tokens that are not stop tokens (:func:`end_of_sequence_ids`): a turn may end
+    on one."""
     end_token_ids: tuple[int, ...] = ()
     closing_in_place: tuple[int, ...] = ()
     """End tokens that close a turn in place of the template's closing token (Llama 3's ``<|eom_id|>``)."""
@@ -651,7 +659,7 @@ class ChatRenderer:
             end_tokens=tuple(end_tokens),
             end_token_ids=tuple(end_tokens.values()),
             closing_in_place=tuple(
-                i for t, i in end_tokens.items() if closing and CLOSES_IN_PLACE_OF.get(t) == closing
+                i for t, i in end_tokens.items() if closing and _CLOSES_IN_PLACE_OF.get(t) == closing
             ),
         )
 
@@ -849,3 +857,71 @@ def _split_on(text: str, placeholders: Sequence[str], slots: Sequence[tuple[str,
 def _join(cached: _Pieces, slots: Sequence[tuple[str, str]]) -> str:
     pieces, order = cached
     return pieces[0] + "".join(slots[i][1] + piece for i, piece in zip(order, pieces[1:], strict=True))
+
+
+# -- the model's end-of-sequence tokens ----------------------------------------------------------
+#
+# SGLang ends a generation on the stop_token_ids a request sends AND, whatever the request says, on the model's own
+# end-of-sequence ids: the tokenizer's eos_token, the eos_token_id of the checkpoint's config.json and
+# generation_config.json (one id or a list), and Llama 3's <|eom_id|> for a tokenizer that has it. So a turn can end
+# on a token the chat template never writes (GLM's <|endoftext|>, Llama's <|eom_id|> after a tool call): they are
+# added to the template's stop tokens (TemplateFacts.end_tokens), sent as stop ids, and stripped from the turn's text.
+# The JSON files are read from the tokenizer's folder (name_or_path), or for a hub id from the local Hugging Face
+# cache (never downloaded); a model whose files are elsewhere puts its ids in the sampling params' stop_token_ids.
+#
+# Closing in place: <|eom_id|> (end of message: the model called a tool and waits for its result) ends a turn where
+# the template writes <|eot_id|> (Meta's prompt format; Llama 3.1's template renders it there in ipython mode), so a
+# continuation after it does not repeat <|eot_id|>. Any other end token is followed by the template's own closing
+# token or role tag.
+
+_ALWAYS_STOP = ("<|eom_id|>",)
+"""Tokens SGLang stops on for every tokenizer that has them (its ``additional_stop_token_ids``)."""
+_CLOSES_IN_PLACE_OF = {"<|eom_id|>": "<|eot_id|>"}
+"""End tokens that close a turn in place of the template's closing token (see the comment above)."""
+_CONFIG_FILES = ("config.json", "generation_config.json")
+
+
+def end_of_sequence_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The model's end-of-sequence token ids (within the tokenizer's vocabulary), in a stable order."""
+    vocabulary = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
+    ids = [getattr(tokenizer, "eos_token_id", None)]
+    ids += [vocabulary[token] for token in _ALWAYS_STOP if token in vocabulary]
+    ids += _configured_eos_ids(str(getattr(tokenizer, "name_or_path", "") or ""))
+    size = len(tokenizer)
+    return tuple(
+        dict.fromkeys(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size)
+    )
+
+
+def _configured_eos_ids(name: str) -> list[int]:
+    """``eos_token_id`` of the checkpoint's config files found next to the tokenizer (see the comment above)."""
+    ids: list[int] = []
+    for filename in _CONFIG_FILES:
+        path = _local_file(name, filename)
+        if path is None:
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = json.load(f).get("eos_token_id")
+        except (OSError, ValueError, AttributeError) as exc:
+            logger.warning("cannot read eos_token_id from %s: %s", path, exc)
+            continue
+        values = value if isinstance(value, list) else [value]
+        ids += [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return ids
+
+
+def _local_file(name: str, filename: str) -> str | None:
+    """``filename`` of the checkpoint ``name`` on this machine: in its folder, else in the hub cache."""
+    if not name:
+        return None
+    if os.path.isdir(name):
+        path = os.path.join(name, filename)
+        return path if os.path.isfile(path) else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, filename)
+    except Exception:  # not a hub id (a path that does not exist), or no huggingface_hub
+        return None
+    return cached if isinstance(cached, str) else None
