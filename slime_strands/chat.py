@@ -567,21 +567,16 @@ class ChatRenderer:
     def opens_reasoning(self, prompt_text: str) -> bool:
         """True when the generation prompt leaves a ``<think>`` block open (the output starts in reasoning).
 
-        Only the generation prompt counts, and only where it is: at the END of ``prompt_text`` (the template
-        appends it last). Text inside a user or tool message never counts, whatever it holds (a tool that prints
-        ``<think>`` or a stop token's text), nor does a continuation with no generation prompt at all (DeepSeek
-        after tool output). A template whose generation prompt could not be isolated: the text after the last
-        stop token.
+        Only the end of ``prompt_text`` counts, where the template appends the generation prompt: the detected
+        generation prompt when the text ends with it, else an unclosed ``<think>`` at the very end (a prompt
+        that differs after tool results). Text inside a user or tool message never counts, whatever it holds (a
+        tool that prints ``<think>`` or a stop token's text: template markup follows every message body), nor
+        does a continuation with no generation prompt at all (DeepSeek after tool output).
         """
         prompt = self.facts.generation_prompt
-        if prompt:
-            if not prompt_text.endswith(prompt):
-                return False
-            tail = prompt
-        else:
-            at = max((prompt_text.rfind(t) + len(t) for t in self.stop_tokens if t in prompt_text), default=0)
-            tail = prompt_text[at:]
-        return tail.rfind(_THINK_OPEN) > tail.rfind(_THINK_CLOSE)
+        if prompt and prompt_text.endswith(prompt):
+            return prompt.rfind(_THINK_OPEN) > prompt.rfind(_THINK_CLOSE)
+        return prompt_text.rstrip().endswith(_THINK_OPEN)
 
     # -- probe -----------------------------------------------------------------------------------
 
