@@ -9,9 +9,11 @@ trajectory must BE the template's full rendering (the stop token that ended a tu
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
+from conftest import qwen3_tokenizer_path
 from family_kit import (
     FAMILIES,
     Call,
@@ -263,6 +265,22 @@ def _end_of_sequence_cases() -> list[tuple[str, str]]:
         for token in end_tokens(fam, family_tokenizer(name))
         if token not in stop_tokens(fam)
     ]
+
+
+async def test_a_stop_token_only_the_server_knows_is_stripped_too():
+    """SGLang also stops on ids of a generation_config.json that does not sit beside the tokenizer (one loaded
+    by hub id): the token the server reports it matched is stripped from the answer like a known one."""
+    family = FAMILIES["hermes"]
+    tok = copy.deepcopy(family_tokenizer("hermes"))
+    tok.name_or_path = qwen3_tokenizer_path()  # the tokenizer files alone: no generation_config.json
+    end_of_text = tok.convert_tokens_to_ids("<|endoftext|>")
+    with SGLangTestServer(tok, end_of_turn=stop_tokens(family)) as server:
+        server.script(ServerTurn("It is 5.", stop_token_id=end_of_text))
+        model = make_model(tok, server)
+        result = await make_agent(model, [add]).invoke_async("What is 2+3?")
+        assert end_of_text not in server.generate_requests[0].body["sampling_params"]["stop_token_ids"]
+        assert str(result).strip() == "It is 5."
+        _check(model, server)
 
 
 @pytest.mark.parametrize(("name", "token"), _end_of_sequence_cases())
