@@ -12,17 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import family_kit
 import pytest
-from family_kit import (
-    FAMILIES,
-    Call,
-    Family,
-    Turn,
-    end_tokens,
-    family_tokenizer,
-    server_turns,
-    stop_tokens,
-)
+from family_kit import FAMILIES, Call, Family, Turn, family_tokenizer, server_turns, stop_tokens
 from helpers import make_agent, make_model, result_texts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -86,7 +78,7 @@ def tool_turns(draw, family: Family) -> Turn:
 
 def ends(family: Family) -> st.SearchStrategy[str | None]:
     """The token a turn ends on: the family's usual one, or any of its stop / end-of-sequence tokens."""
-    return st.one_of(st.none(), st.sampled_from(end_tokens(family, family_tokenizer(family.name))))
+    return st.one_of(st.none(), st.sampled_from(family_kit.end_tokens(family, family_tokenizer(family.name))))
 
 
 @st.composite
