@@ -466,8 +466,9 @@ def _add_checks(commands: Any) -> None:
         commands,
         "check-template",
         "report a tokenizer's family, tool parser, end of turn and whether token-in/token-out is safe",
-        "Probe a tokenizer's chat template per thinking mode: the model family, the tool parser auto picks, how "
-        "a turn ends, and whether incremental token-in/token-out rendering reproduces the template.",
+        "Probe a tokenizer's chat template per thinking mode: the model family, the tool parser auto picks (or "
+        "whether the one named reads the tool call the template renders), how a turn ends, and whether "
+        "incremental token-in/token-out rendering reproduces the template.",
         "  slime-strands check-template /root/models/Qwen/Qwen3-8B\n"
         "  slime-strands check-template Qwen/Qwen3-8B --enable-thinking false --tool-parser hermes",
     )
@@ -479,7 +480,10 @@ def _add_checks(commands: Any) -> None:
         help="thinking modes to check (default: all; none = the template's default)",
     )
     template.add_argument(
-        "--tool-parser", default="auto", help="auto (default) or a parser name, as in the plugin settings"
+        "--tool-parser",
+        default="auto",
+        help="auto (default) or a parser name, as in the plugin settings: NOT usable (exit 1) when it cannot "
+        "read the tool call the template renders",
     )
     template.set_defaults(run=_check_template)
     config = _command(

@@ -330,7 +330,7 @@ class SGLangModel(Model):
         input_len = len(tm) + len(delta_ids)
         params = dict(self.config["params"])
         stop_ids = list(params.get("stop_token_ids") or [])
-        params["stop_token_ids"] = stop_ids + [t for t in self._renderer.stop_token_ids if t not in stop_ids]
+        params["stop_token_ids"] = stop_ids + [t for t in self._renderer.turn_end_ids if t not in stop_ids]
 
         started = time.perf_counter()
         result, cut = await self._send_turn(params, delta_json, len(delta_ids))
@@ -347,7 +347,12 @@ class SGLangModel(Model):
         self._messages_seen = len(messages) + 1  # + the assistant message the agent appends for this answer
 
         parsed = await _offload(
-            len(result.output_ids) * 4, self._parse_output, result.output_ids, prompt_text, schemas
+            len(result.output_ids) * 4,
+            self._parse_output,
+            result.output_ids,
+            prompt_text,
+            schemas,
+            _matched_stop_token(result),
         )
         plan = plan_tool_calls(
             parsed,
@@ -641,8 +646,10 @@ class SGLangModel(Model):
         stats.cached_tokens += result.cached_tokens or 0
         stats.last_finish_reason = result.finish_reason
 
-    def _parse_output(self, output_ids: Sequence[int], prompt_text: str, schemas: ToolSchemas) -> ParseResult:
-        text = self._renderer.decode(self._renderer.without_stop_token(output_ids))
+    def _parse_output(
+        self, output_ids: Sequence[int], prompt_text: str, schemas: ToolSchemas, ended_on: int | None
+    ) -> ParseResult:
+        text = self._renderer.decode(self._renderer.without_stop_token(output_ids, ended_on))
         return self.tool_parser.parse(
             text, starts_in_reasoning=self._renderer.opens_reasoning(prompt_text), tools=schemas
         )
@@ -668,6 +675,14 @@ class SGLangModel(Model):
         error = self._call_errors.get(str(event.tool_use.get("toolUseId")))
         if error is not None:
             event.cancel_tool = f"Error: invalid tool call ({error.kind}): {error.message}"
+
+
+def _matched_stop_token(result: GenerateResult) -> int | None:
+    """The token id a ``stop`` finish reports it matched (SGLang's ``finish_reason.matched``; a stop STRING
+    is not a token): the token that ended the turn, whichever stop set it came from."""
+    finish = result.meta_info.get("finish_reason") if result.finish_reason == "stop" else None
+    matched = finish.get("matched") if isinstance(finish, dict) else None
+    return matched if isinstance(matched, int) and not isinstance(matched, bool) else None
 
 
 def _cut_chars(text: str, limit: int) -> str:
