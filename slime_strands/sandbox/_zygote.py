@@ -10,6 +10,14 @@ read (head + tail only), the temp dir and the uid's files in shared dirs removed
 closed in every child: a run cannot forge another run's result, and with its own uid it cannot signal
 the zygote or other runs.
 
+A run is the program of a freshly started interpreter, not a piece of the zygote: it starts with Python's
+own signal state (the zygote's handlers would reach every process the run forks: a pool worker that
+caught its pool's SIGTERM while starting lost it and hung the pool), runs as its own ``__main__`` module
+(pickle finds its functions there; the processes multiprocessing's spawn and forkserver start import its
+program file), and ends as Python ends a program: non-daemon threads joined, then the atexit functions
+(which finish pools left open). The zygote itself stays single-threaded: a fork copies only the forking
+thread, and a lock another thread held would stay locked in every run.
+
 Only the standard library may be used here: this file is executed, not imported, in the sandbox.
 """
 
@@ -674,10 +682,10 @@ def _end_like_python():
     are not daemons (threading's exit hooks first: concurrent.futures finishes its pools' work there),
     then call the atexit functions (multiprocessing terminates the pools left open and joins its
     children there). Errors are printed and ignored, as the interpreter does."""
-    threading = sys.modules.get("threading")
-    if threading is not None:
+    shutdown = getattr(sys.modules.get("threading"), "_shutdown", None)  # no threading: none to wait for
+    if shutdown is not None:
         try:
-            threading._shutdown()
+            shutdown()
         except BaseException:
             traceback.print_exc()
     atexit._run_exitfuncs()
