@@ -593,9 +593,7 @@ class Zygote:
             work = os.path.join(run_dir, _WORK_DIR)
             os.chdir(work)
             os.environ["HOME"] = os.environ["TMPDIR"] = work
-            sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115
-            sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115
-            sys.stderr = sys.__stderr__ = open(2, "w", closefd=False)  # noqa: SIM115
+            _open_standard_streams()
             sys.argv = ["<code>"]
             _reset_module_state(work)
             code = _run_as_main(request["code"], os.path.join(run_dir, _PROGRAM_FILE))
@@ -636,6 +634,16 @@ def _reset_signals():
             with contextlib.suppress(OSError, ValueError):  # signals the C library keeps for itself
                 signal.signal(number, _PYTHON_SIGNALS.get(number, signal.SIG_DFL))
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def _open_standard_streams():
+    """The run's own ``sys.stdin`` / ``stdout`` / ``stderr`` on fds 0-2, which ``sys.__stdin__`` & co. are
+    too (as in a freshly started interpreter): the zygote's would keep what the run writes to them in
+    buffers no one flushes."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        stream = open(fd, "w" if fd else "r", closefd=False)  # noqa: SIM115
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 def _reset_module_state(work):

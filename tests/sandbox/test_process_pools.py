@@ -179,8 +179,8 @@ async def test_pools_end_with_their_output(pool_sandbox):
 
 async def test_a_program_ends_as_python_ends_it(pool_sandbox):
     """Work a program leaves running at its end is finished, as Python finishes it: non-daemon threads and
-    processes are joined, executors complete what was submitted, atexit functions run. (The work waits a
-    little so that a run that ended without it would not see it finish.)"""
+    processes are joined, executors complete what was submitted, atexit functions run, the standard streams
+    are flushed. (The work waits a little so that a run that ended without it would not see it finish.)"""
     late = "import time\ndef late(text):\n    time.sleep(0.3)\n    print(text, flush=True)\n"
     cases = {
         "thread": late + "import threading\nthreading.Thread(target=late, args=('thread',)).start()",
@@ -190,6 +190,7 @@ async def test_a_program_ends_as_python_ends_it(pool_sandbox):
         "spawn process": late + "import multiprocessing as mp\n"
         "mp.get_context('spawn').Process(target=late, args=('spawn process',)).start()",
         "atexit": late + "import atexit\natexit.register(late, 'atexit')\nraise SystemExit(3)",
+        "sys.__stdout__": "import sys\nsys.__stdout__.write('sys.__stdout__\\n')",  # flushed like sys.stdout
     }
     results = await _run_each(pool_sandbox, cases)
     outputs = {name: (r.stdout, r.exit_code) for name, r in results.items()}
