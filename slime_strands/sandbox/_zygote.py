@@ -71,12 +71,17 @@ except BaseException:
     pass
 del __slime_strands_source__
 """
-# The handlers a freshly started interpreter sets; every other signal has its default action.
+# (signal, handler) as a freshly started interpreter has them: Python's own three, every other signal
+# (but SIGKILL and SIGSTOP, which cannot be caught) at its default action.
 _PYTHON_SIGNALS = {
     signal.SIGINT: signal.default_int_handler,
     signal.SIGPIPE: signal.SIG_IGN,
     signal.SIGXFSZ: signal.SIG_IGN,
 }
+_RUN_SIGNALS = [
+    (int(number), _PYTHON_SIGNALS.get(number, signal.SIG_DFL))
+    for number in sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
+]
 # Shared, writable places a run could leave state in for the next one: what its uid owns there is removed.
 _SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 # System V IPC objects outlive their creator: (listing, owner uid columns, remover) removed per run uid.
@@ -625,14 +630,13 @@ def _reset_signals():
     """The signal state a freshly started interpreter has: every signal at its default action but the
     three Python sets, nothing blocked, no wakeup fd. The zygote's handlers must reach neither the run nor
     what it forks: a pool worker whose inherited SIGTERM handler caught ``terminate()``'s SIGTERM while
-    it was starting lost the signal (pending signals are dropped at fork, a handler's exception in an
-    at-fork hook is only printed), and the pool joined it forever. Nor the dispositions and the mask the
-    zygote got from whatever started it."""
+    it was still starting lost it (Python discards what its handlers caught before the child's fork
+    bookkeeping ends, and only prints an exception raised in an at-fork hook), and the pool joined that
+    worker forever. Nor the dispositions and the mask the zygote got from whatever started it."""
     signal.set_wakeup_fd(-1)
-    for number in signal.valid_signals():
-        if number not in (signal.SIGKILL, signal.SIGSTOP):
-            with contextlib.suppress(OSError, ValueError):  # signals the C library keeps for itself
-                signal.signal(number, _PYTHON_SIGNALS.get(number, signal.SIG_DFL))
+    for number, handler in _RUN_SIGNALS:  # each: Python may not know a disposition C code set
+        with contextlib.suppress(OSError):
+            signal.signal(number, handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
