@@ -104,7 +104,7 @@ async def test_runs_start_with_a_fresh_interpreters_signal_state(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_program_is_its_own_main_module(backend):
-    """Pickle, dataclasses and typing look the program's names up in ``sys.modules['__main__']``: the
+    """Pickle and typing look the program's names up in ``sys.modules['__main__']``: the
     program's own module, not the interpreter's. Its working directory stays empty, its temp dir is that
     directory, and preloaded modules hold no state computed once for every run (a random seed, a key)."""
     settings = dataclasses.replace(
