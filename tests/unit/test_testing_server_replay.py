@@ -9,24 +9,21 @@ A new recorded answer without a replay here fails the suite.
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from standin_kit import QWEN3_EOS, get, post, prompt, wait_until
 
 from slime_strands.testing import SGLangTestServer, SGLangTestServerError, Turn
 
 pytestmark = pytest.mark.timeout(120)
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "sglang-0.5.23-answers"
-QWEN3_EOS = ("<|im_end|>", "<|endoftext|>")  # Qwen3's generation_config eos_token_id: [151645, 151643]
-NEWLINE = 198  # the recorded prompts end with "\n"
 
 
 def recorded(name: str) -> dict[str, Any]:
@@ -48,47 +45,12 @@ def like_the_recorded_server(tokenizer: Any) -> SGLangTestServer:
     )
 
 
-def prompt(tokenizer: Any, n: int) -> list[int]:
-    words = tokenizer.encode("The quick brown fox jumps over the lazy dog. " * (n // 8 + 1), add_special_tokens=False)
-    return [*words[: n - 1], NEWLINE]
-
-
 def as_sent(tokenizer: Any, request: dict[str, Any]) -> dict[str, Any]:
     """The recorded request with its ``"<N ids>"`` placeholder made N real ids."""
     body = dict(request)
     if isinstance(body.get("input_ids"), str):
         body["input_ids"] = prompt(tokenizer, int(re.fullmatch(r"<(\d+) ids>", body["input_ids"])[1]))
     return body
-
-
-def post(server: SGLangTestServer, path: str, body: Any) -> tuple[int | None, Any]:
-    """One request on its own connection: (status, JSON body or ""), or (None, "") when the server hangs up."""
-    connection = http.client.HTTPConnection("127.0.0.1", server.port)
-    try:
-        connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        data = response.read()
-    except (http.client.RemoteDisconnected, ConnectionError):
-        return None, ""
-    finally:
-        connection.close()
-    return response.status, json.loads(data) if data else ""
-
-
-def get(server: SGLangTestServer, path: str) -> tuple[int, Any]:
-    connection = http.client.HTTPConnection("127.0.0.1", server.port)
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        data = response.read()
-    finally:
-        connection.close()
-    return response.status, json.loads(data) if data else ""
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    while not condition():
-        time.sleep(0.005)
 
 
 def what_the_model_wrote(tokenizer: Any, answer: dict[str, Any], budget: int) -> Turn:
@@ -141,7 +103,11 @@ def replay_duplicate_concurrent(tokenizer: Any, record: dict[str, Any]) -> tuple
     second is refused, then the first runs and finishes."""
     first = {"input_ids": prompt(tokenizer, 15), "rid": "dup-concurrent", "return_logprob": True,
              "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}  # fmt: skip
-    blocker = {"input_ids": prompt(tokenizer, 1000), "rid": "blocker", "sampling_params": {"max_new_tokens": 22}}
+    blocker = {
+        "input_ids": prompt(tokenizer, 1000),
+        "rid": "blocker",
+        "sampling_params": {"max_new_tokens": 22},
+    }
     server = SGLangTestServer(tokenizer, context_length=1024, kv_capacity=1100, eos_tokens=QWEN3_EOS)
     with server, ThreadPoolExecutor(2) as pool:
         server.script(Turn(token_ids=[11] * 22, finish="length", delay_s=600))
@@ -157,7 +123,10 @@ def replay_duplicate_concurrent(tokenizer: Any, record: dict[str, Any]) -> tuple
     meta = answer["meta_info"]
     return None, {  # recorded as the pair
         "1": {"status": second[0], "body": second[1]},
-        "0": {"status": status, "body": {"finish_reason": meta["finish_reason"], "n": len(answer["output_ids"])}},
+        "0": {
+            "status": status,
+            "body": {"finish_reason": meta["finish_reason"], "n": len(answer["output_ids"])},
+        },
     }
 
 
@@ -172,8 +141,12 @@ def replay_duplicate_sequential(tokenizer: Any, record: dict[str, Any]) -> tuple
 def replay_out_of_vocabulary(tokenizer: Any, record: dict[str, Any]) -> tuple[int | None, Any]:
     server = like_the_recorded_server(tokenizer).start()
     try:
-        outcome = post(server, "/generate", {"input_ids": [*prompt(tokenizer, 4), 200000], "sampling_params": {}})
-        assert post(server, "/generate", {"input_ids": prompt(tokenizer, 4)}) == (None, ""), "the server is gone"
+        outcome = post(
+            server, "/generate", {"input_ids": [*prompt(tokenizer, 4), 200000], "sampling_params": {}}
+        )
+        assert post(server, "/generate", {"input_ids": prompt(tokenizer, 4)}) == (None, ""), (
+            "the server is gone"
+        )
     finally:
         with pytest.raises(SGLangTestServerError, match="input id 200000 is outside the vocabulary"):
             server.stop()
@@ -251,7 +224,9 @@ def assert_same_answer(ours: dict[str, Any], real: dict[str, Any]) -> None:
         details = meta["cached_tokens_details"]
         assert (details is None) == (meta["cached_tokens"] == 0)
         assert details is None or details == {"device": meta["cached_tokens"], "host": 0}
-        assert isinstance(meta["e2e_latency"], float) and isinstance(meta["response_sent_to_client_ts"], float)
+        assert isinstance(meta["e2e_latency"], float) and isinstance(
+            meta["response_sent_to_client_ts"], float
+        )
 
 
 def shape(entries: list[list[Any]]) -> list[tuple[str, ...]]:
@@ -272,4 +247,6 @@ def test_the_stand_in_answers_the_recorded_get_as_sglang_did(tokenizer, name):
     if "data" in real:  # /v1/models: the cards
         answer, real = answer["data"][0], real["data"][0]
     assert answer.keys() <= real.keys(), answer.keys() - real.keys()
-    assert {k: v for k, v in answer.items() if k != "created"} == {k: real[k] for k in answer if k != "created"}
+    assert {k: v for k, v in answer.items() if k != "created"} == {
+        k: real[k] for k in answer if k != "created"
+    }
