@@ -152,8 +152,7 @@ class SGLangTestServer:
         """``kv_capacity``: SGLang's ``--max-total-tokens``, the token pool: it bounds a request (``max_req_len``)
         and running requests hold ``input + max_new_tokens`` of it while others wait in the queue (default: no
         pool, the context bounds a request); ``context_length_flag``: as if started with ``--context-length``
-        (``/server_info`` reports it); ``end_of_turn``: the token(s) a ``stop`` Turn ends with (several for
-        templates whose next role tag ends a turn: GLM's ``<|observation|>``, ``<|user|>``); ``eos_tokens``: the
+        (``/server_info`` reports it); ``end_of_turn``: the token(s) a ``stop`` Turn ends with; ``eos_tokens``: the
         model's ``generation_config`` end tokens, which always stop (default: ``end_of_turn`` and the tokenizer's
         eos; Qwen3: ``("<|im_end|>", "<|endoftext|>")``); ``vocab_size``: the model's embedding rows (default: the
         tokenizer's length), an input id outside it crashes the server; ``disconnect_check_s``: how often a
@@ -167,27 +166,13 @@ class SGLangTestServer:
         self.context_length_flag = context_length_flag
         self.model_path = model_path
         self.weight_version = weight_version
-        tokens = [end_of_turn] if isinstance(end_of_turn, str) else list(end_of_turn)
-        self.end_of_turn_ids = [self._token_id(t) for t in tokens]
-        self.end_of_turn_id = self.end_of_turn_ids[0]
-        default_eos = [*tokens, *([tokenizer.eos_token] if getattr(tokenizer, "eos_token", None) else [])]
-        self.eos_token_ids = frozenset(
-            self._token_id(t) for t in (default_eos if eos_tokens is None else eos_tokens)
-        )
+        self._set_end_ids(end_of_turn, eos_tokens)
         self.vocab_size = len(tokenizer) if vocab_size is None else vocab_size
         self.routed_experts = routed_experts
         self.echo_routed_experts_start_len = echo_routed_experts_start_len
         self.top_p_patch = top_p_patch
         self.speculative_draft_tokens = speculative_draft_tokens
-        self.requests: list[RecordedRequest] = []
-        self.aborted_rids: list[str] = []
-        """rid named by each ``/abort_request`` (``abort_all``: every rid known at that moment)."""
-        self.answers: dict[str, tuple[list[int], list[float]]] = {}
-        """``rid`` -> (output_ids, logprobs) of every answer that carried tokens."""
-        self.meta_infos: dict[str, dict[str, Any]] = {}
-        """``rid`` -> the ``meta_info`` of every 200 answer, as sent."""
-        self.failures: list[str] = []
-        """What the real server would not have answered as scripted; :meth:`stop` raises when there is any."""
+        self._init_records()
         self._scheduler = Scheduler(kv_capacity, disconnect_check_s)
         self._lock = threading.Lock()
         self._turns: dict[str | None, collections.deque[Turn | Fault]] = collections.defaultdict(
@@ -205,11 +190,38 @@ class SGLangTestServer:
         joins their handler threads, so that none is left waiting for a next request on a keep-alive
         connection."""
 
+    def _set_end_ids(self, end_of_turn: str | Sequence[str], eos_tokens: Sequence[str] | None) -> None:
+        """The end-of-turn ids a ``stop`` Turn ends with (several for templates whose next role tag ends a turn:
+        GLM's ``<|observation|>``, ``<|user|>``) and the model's end ids, which always stop."""
+        tokens = [end_of_turn] if isinstance(end_of_turn, str) else list(end_of_turn)
+        self.end_of_turn_ids = [self._token_id(t) for t in tokens]
+        self.end_of_turn_id = self.end_of_turn_ids[0]
+        if eos_tokens is not None:
+            self.eos_token_ids = frozenset(self._token_id(t) for t in eos_tokens)
+        else:
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+            self.eos_token_ids = frozenset([*self.end_of_turn_ids, *([eos] if isinstance(eos, int) else [])])
+
     def _token_id(self, token: str) -> int:
         token_id = self.tokenizer.convert_tokens_to_ids(token)
-        if not isinstance(token_id, int) or self.tokenizer.convert_ids_to_tokens(token_id) != token:
-            raise ValueError(f"{token!r} is not a single token of this tokenizer")
+        unknown = getattr(self.tokenizer, "unk_token", None) != token and token_id == getattr(
+            self.tokenizer, "unk_token_id", None
+        )
+        if not isinstance(token_id, int) or unknown:
+            raise ValueError(f"{token!r} is not a token of this tokenizer")
         return token_id
+
+    def _init_records(self) -> None:
+        """What the server saw and answered, for the tests' assertions."""
+        self.requests: list[RecordedRequest] = []
+        self.aborted_rids: list[str] = []
+        """rid named by each ``/abort_request`` (``abort_all``: every rid known at that moment)."""
+        self.answers: dict[str, tuple[list[int], list[float]]] = {}
+        """``rid`` -> (output_ids, logprobs) of every answer that carried tokens."""
+        self.meta_infos: dict[str, dict[str, Any]] = {}
+        """``rid`` -> the ``meta_info`` of every 200 answer, as sent."""
+        self.failures: list[str] = []
+        """What the real server would not have answered as scripted; :meth:`stop` raises when there is any."""
 
     # -- lifecycle --------------------------------------------------------------------------------
 

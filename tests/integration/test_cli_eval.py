@@ -48,7 +48,9 @@ def script_first_run(server: SGLangTestServer) -> None:
     server.script("Answer: \\boxed{42}", key="1:0")
     server.script(BAD_CALL, "Answer: \\boxed{41}", key="1:1")
     server.script("Answer: \\boxed{40}", key="1:2")
-    server.script(Turn("Answer: \\boxed{4", finish="length"), key="1:3")
+    server.script(
+        Turn("Answer: \\boxed{4" + " 4" * 8192, finish="length"), key="1:3"
+    )  # writes past its budget
     for s in range(3):
         server.script(f"Answer: \\boxed{{{s}}}", key=f"2:{s}")
     server.script(Fault(400, {"error": {"message": "scripted refusal"}}), key="2:3")
