@@ -157,6 +157,11 @@ class Scheduler:
                     self._end(ticket)
             self._cond.notify_all()
 
+    def wait_idle(self) -> None:
+        """Block until every known request is answered (after :meth:`close`, each ends at once)."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._known)
+
     def reopen(self) -> None:
         with self._cond:
             self._closed = False

@@ -248,6 +248,7 @@ class SGLangTestServer:
         raises :class:`SGLangTestServerError` if the run met a failure (see :attr:`failures`)."""
         if self._httpd is not None:
             self._scheduler.close()
+            self._scheduler.wait_idle()  # every open request answered (aborted) before the connections close
             self._httpd.shutdown()
             self._hang_up_all()
             self._httpd.server_close()
@@ -391,7 +392,7 @@ class SGLangTestServer:
         self._scheduler.enqueue(ticket, len(input_ids) + max_new)
         if not self._scheduler.wait_to_run(ticket):
             return None if ticket.disconnected else (200, self._aborted_waiting(ticket, body))
-        if any(t < 0 or t >= self.vocab_size for t in input_ids):
+        if min(input_ids) < 0 or max(input_ids) >= self.vocab_size:
             self._crash(input_ids)
             return None
         item = self._next(body, headers)

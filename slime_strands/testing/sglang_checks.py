@@ -82,6 +82,13 @@ def _string_or_list(value: Any) -> None:
         _expect(lambda v: isinstance(v, str), "a value or an array of values for StringOrList")(value)
 
 
+def _int_or_list(value: Any) -> None:
+    if isinstance(value, list):
+        _each(_int)(value)
+    else:
+        _expect(_is_int, "a value or an array of values for Int64OrList")(value)
+
+
 def _float_map(value: Any) -> None:
     _map(value)
     for item in value.values():
@@ -122,7 +129,7 @@ _sampling_params = _struct("SamplingParams", SAMPLING_FIELDS)
 # The top-level keys the stand-in reads, with the contract's checks (every other key is ignored, as SGLang does).
 _TOP_LEVEL: Mapping[str, Callable[[Any], None]] = {
     "sampling_params": _sampling_params,
-    "logprob_start_len": _int,
+    "logprob_start_len": _int_or_list,
     "routed_experts_start_len": _int,
 }
 
