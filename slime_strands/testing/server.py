@@ -358,7 +358,8 @@ class SGLangTestServer:
         input_ids = body.get("input_ids")
         if input_ids is None and "text" not in body:
             return 400, _error("Either text, input_ids or input_embeds should be provided.")
-        if not isinstance(input_ids, list) or not all(type(t) is int for t in input_ids):
+        batch = any(isinstance(body.get(k), list) for k in ("rid", "sampling_params", "logprob_start_len"))
+        if batch or not isinstance(input_ids, list) or not all(type(t) is int for t in input_ids):
             return 400, _error("SGLangTestServer supports single token-in requests only")
         if not input_ids:
             return 400, _error("input_ids cannot be empty.")

@@ -271,6 +271,24 @@ def test_sampling_params_are_checked_as_sglang_does(tokenizer, params, status, e
         assert answered[1] == {"error": error}
 
 
+@pytest.mark.parametrize(
+    ("top_level", "status", "error"),
+    [
+        ({"an_unknown_key": 1}, 200, None),
+        ({"logprob_start_len": [14]}, 400, {"message": "SGLangTestServer supports single token-in requests only"}),
+        ({"logprob_start_len": "14"}, 400, 'invalid type: string "14", expected a value or an array of values for Int64OrList'),
+        ({"routed_experts_start_len": None}, 400, "invalid type: null, expected i64"),
+    ],
+)  # fmt: skip
+def test_top_level_keys_are_checked_as_sglang_does(tokenizer, top_level, status, error):
+    with SGLangTestServer(tokenizer) as server:
+        server.script("fine")
+        answered = post(server, "/generate", {**body(tokenizer, "x"), **top_level})
+    assert answered[0] == status
+    if error is not None:
+        assert answered[1] == {"error": error}
+
+
 def test_a_rid_is_refused_while_it_is_answered_and_free_after(tokenizer):
     with SGLangTestServer(tokenizer) as server, ThreadPoolExecutor(1) as pool:
         server.script(held(), "again")
