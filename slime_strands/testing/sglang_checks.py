@@ -7,9 +7,10 @@ Read from SGLang 0.5.23's source, never from this package's client (whose mistak
   plain string, ``{"error": "unknown field `foo`, expected one of ..."}``;
 - the tokenizer manager's context checks, then the scheduler's (``{"error": {"message": ...}}``).
 
-The sampling keys are the contract's own list (``_FIELDS_SamplingParams``, also the fields of
-``sglang.srt.sampling.sampling_params.SamplingParams`` plus ``choice``), kept here on purpose apart from
-production's ``slime_strands.model.SGLANG_SAMPLING_KEYS``: a key production gets wrong is refused here.
+The sampling keys are the contract's own list (``_FIELDS_SamplingParams``: the API fields of
+``sglang.srt.sampling.sampling_params.SamplingParams``, plus ``choice``), kept here on purpose apart from
+production's ``slime_strands.model.SGLANG_SAMPLING_KEYS``: a key production gets wrong is refused here, a key
+production wrongly refuses is accepted here.
 """
 
 from __future__ import annotations
