@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .errors import ConfigurationError
@@ -70,17 +70,29 @@ TRAINER_OWNED_KEYS = ("temperature", "top_p")
 """Sampling params slime's trainer reads from its own flags: in training they must equal what slime passes."""
 
 
+GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
+"""Constrained-decoding keys: SGLang refuses a request with more than one (400 "Only one of json_schema, regex,
+ebnf, or structural_tag can be set."). A grammar set at a higher level replaces one set below it."""
+
+
 class SamplingParamError(ConfigurationError):
     """A sampling param SGLang does not accept, or one slime-strands cannot honour; the message names it."""
 
 
-def check_sampling_keys(keys: Iterable[str], where: str) -> None:
-    """Raise :class:`SamplingParamError` naming the first key of ``keys`` that SGLang does not accept."""
-    unknown = sorted(set(keys) - SGLANG_SAMPLING_KEYS)
+def check_sampling_keys(params: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`SamplingParamError` naming the first key of ``params`` that SGLang does not accept, or the
+    grammars when more than one is set (SGLang refuses such a request)."""
+    unknown = sorted(set(params) - SGLANG_SAMPLING_KEYS)
     if unknown:
         raise SamplingParamError(
             f"{where}: {unknown[0]!r} is not a sampling param SGLang ({SGLANG_SAMPLING_VERSIONS}) accepts; "
             f"use one of {sorted(SGLANG_SAMPLING_KEYS)}"
+        )
+    grammars = [key for key in GRAMMAR_KEYS if params.get(key) is not None]
+    if len(grammars) > 1:
+        raise SamplingParamError(
+            f"{where}: {' and '.join(grammars)} are both set, but SGLang takes one grammar per request "
+            f"(one of {', '.join(GRAMMAR_KEYS)}): keep one"
         )
 
 
@@ -127,8 +139,16 @@ class SamplingParams(Mapping[str, Any]):
         return f"SamplingParams({self._json})"
 
     def with_overrides(self, overrides: Mapping[str, Any], *, where: str) -> SamplingParams:
-        """These params with ``overrides`` on top (each checked as in the constructor)."""
-        return SamplingParams({**self._values, **overrides}, where=where)
+        """These params with ``overrides`` on top (each checked as in the constructor; a grammar among the
+        overrides replaces this one's)."""
+        return SamplingParams({**_without_grammar_if(self._values, overrides), **overrides}, where=where)
+
+
+def _without_grammar_if(params: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` without its grammar when ``overrides`` bring one (so the higher level's grammar wins)."""
+    if not any(overrides.get(key) is not None for key in GRAMMAR_KEYS):
+        return dict(params)
+    return {k: v for k, v in params.items() if k not in GRAMMAR_KEYS}
 
 
 def _check_value(key: str, value: Any, where: str) -> None:
@@ -153,6 +173,7 @@ def merge_sampling_params(
     ``top_p`` that differs from slime's."""
     params = {k: copy.deepcopy(v) for k, v in given.items() if v is not None}
     check_sampling_keys(params, "the sampling params passed to generate")
+    params = _without_grammar_if(params, settings)
     for key, value in settings.items():
         if key == "max_new_tokens" and params.get("max_new_tokens") is not None:
             params[key] = min(int(params[key]), int(value))

@@ -274,7 +274,9 @@ async def test_a_stop_token_only_the_server_knows_is_stripped_too():
     tok = copy.deepcopy(family_tokenizer("hermes"))
     tok.name_or_path = qwen3_tokenizer_path()  # the tokenizer files alone: no generation_config.json
     end_of_text = tok.convert_tokens_to_ids("<|endoftext|>")
-    with SGLangTestServer(tok, end_of_turn=stop_tokens(family)) as server:
+    # the server's generation_config.json declares <|endoftext|> an end id, as Qwen3's does
+    eos = (*stop_tokens(family), "<|endoftext|>")
+    with SGLangTestServer(tok, end_of_turn=stop_tokens(family), eos_tokens=eos) as server:
         server.script(ServerTurn("It is 5.", stop_token_id=end_of_text))
         model = make_model(tok, server)
         result = await make_agent(model, [add]).invoke_async("What is 2+3?")

@@ -24,6 +24,7 @@ from slime_helpers import (
     run,
     session_requests,
 )
+from standin_kit import QWEN3_EOS
 
 from slime_strands import metrics, reward, rollout
 from slime_strands.client import SGLangClient
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.timeout(90)
 
 @pytest.fixture
 def server(tokenizer):
-    with SGLangTestServer(tokenizer, context_length=8192) as srv:
+    with SGLangTestServer(tokenizer, context_length=8192, eos_tokens=QWEN3_EOS) as srv:  # Qwen3's end ids
         yield srv
 
 

@@ -40,7 +40,7 @@ def test_the_keys_are_sglangs_own():
 
 
 def test_slimes_keys_are_never_refused():
-    check_sampling_keys(SLIME_KEYS, "slime's sampling params")
+    check_sampling_keys(dict.fromkeys(SLIME_KEYS, 1), "slime's sampling params")
     params = merge_sampling_params(dict.fromkeys(SLIME_KEYS, 1) | {"stop": None}, {}, training=True)
     assert set(params) == SLIME_KEYS - {"stop"}, "None is SGLang's default: left out, nothing else"
 
@@ -124,3 +124,26 @@ def test_settings_take_sampling_params_and_name_a_bad_key():
     with pytest.raises(SettingsError, match="sampling_params: expected a mapping"):
         PluginSettings.from_mapping({"sampling_params": ["top_k"]})
     assert PluginSettings.from_mapping({"sampling_params": None}).sampling_params == {}
+
+
+def test_two_grammars_at_one_level_are_refused_in_one_line(tokenizer):
+    """SGLang refuses every request with two grammars (400 "Only one of json_schema, regex, ebnf, or
+    structural_tag can be set."): a configuration that sets two stops the run instead of failing each sample."""
+    with pytest.raises(SamplingParamError, match="regex and structural_tag are both set"):
+        SamplingParams({"regex": "a+", "structural_tag": "{}"})
+    with pytest.raises(SamplingParamError, match="json_schema and ebnf"):
+        merge_sampling_params({"json_schema": "{}", "ebnf": "root ::= 'a'"}, {}, training=False)
+    with pytest.raises(SamplingParamError, match="regex and ebnf"):
+        SGLangModel(
+            tokenizer=tokenizer, base_url="http://127.0.0.1:9", sampling_params={"regex": "a", "ebnf": "b"}
+        )
+
+
+def test_a_higher_levels_grammar_replaces_the_lower_ones():
+    settings = SamplingParams({"regex": "a+", "top_k": 5})
+    flags = settings.with_overrides({"ebnf": "root ::= 'b'"}, where="--sampling-param")
+    assert dict(flags) == {"ebnf": "root ::= 'b'", "top_k": 5}
+    merged = merge_sampling_params({"regex": "c+", "temperature": 1.0}, settings, training=True)
+    assert merged == {"regex": "a+", "top_k": 5, "temperature": 1.0}
+    merged = merge_sampling_params({"json_schema": "{}"}, SamplingParams({"top_k": 5}), training=False)
+    assert merged == {"json_schema": "{}", "top_k": 5}, "no grammar above: the caller's stays"
