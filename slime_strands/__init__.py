@@ -18,6 +18,7 @@ from .client import (
     SGLangError,
     SGLangHTTPError,
     SGLangProtocolError,
+    SGLangTimeoutError,
 )
 from .errors import ConfigurationError, SlimeStrandsError
 from .limits import ToolIterationLimiter, ToolLimiter
@@ -37,6 +38,7 @@ __all__ = [
     "SGLangHTTPError",
     "SGLangModel",
     "SGLangProtocolError",
+    "SGLangTimeoutError",
     "Segment",
     "SlimeStrandsError",
     "TokenManager",

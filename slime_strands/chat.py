@@ -14,7 +14,9 @@ Templates end an assistant turn in one of two ways, found by rendering (never by
 
 Either way those tokens are the stop tokens, and a continuation is rendered starting AT the stop token: when
 the model's own last token is that token it is not appended twice (counted once), otherwise (the model
-stopped on another stop token, e.g. ``<|endoftext|>``) the template's closing / role token follows it.
+stopped on another stop token, e.g. ``<|endoftext|>``) the template's closing / role token follows it. The
+model's end-of-sequence tokens (what SGLang stops on by itself, see ``end_of_sequence_ids``) end a turn too; Llama 3's
+``<|eom_id|>`` closes it in place of the template's ``<|eot_id|>``, which then does not follow it.
 
 Template quirks handled by detection: tool-call ``arguments`` as a mapping (GLM iterates it) or a JSON string
 (DeepSeek-V3.1 concatenates it); tool results as role ``tool``, ``ipython`` or ``observation`` (or wrapped in a
@@ -28,6 +30,7 @@ import functools
 import itertools
 import json
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -37,7 +40,14 @@ from typing import Any, Literal
 from .errors import ConfigurationError
 from .token_codec import TokenCodec
 
-__all__ = ["ChatRenderer", "TemplateError", "to_template_messages", "to_template_tools", "tool_result_text"]
+__all__ = [
+    "ChatRenderer",
+    "TemplateError",
+    "end_of_sequence_ids",
+    "to_template_messages",
+    "to_template_tools",
+    "tool_result_text",
+]
 
 _BASE_USER = "Base question for incremental rendering."
 _BASE_ASSISTANT = "Base answer 7f3a9c for incremental rendering."
@@ -160,6 +170,12 @@ class TemplateFacts:
     """The role the template renders tool results for (``tool``, ``ipython`` or ``observation``)."""
     parallel_calls: bool | None = None
     """Whether the template renders several calls in one turn (None: not probed). Llama 3.2's refuses."""
+    end_tokens: tuple[str, ...] = ()
+    """The model's end-of-sequence tokens that are not stop tokens (:func:`end_of_sequence_ids`): a turn may end
+    on one."""
+    end_token_ids: tuple[int, ...] = ()
+    closing_in_place: tuple[int, ...] = ()
+    """End tokens that close a turn in place of the template's closing token (Llama 3's ``<|eom_id|>``)."""
 
 
 _SHAPES_PER_TEMPLATE = 1024
@@ -266,6 +282,11 @@ class ChatRenderer:
         return self.facts.stop_token_ids
 
     @property
+    def turn_end_ids(self) -> tuple[int, ...]:
+        """Every token a turn may end on: the template's stop tokens, then the model's end-of-sequence ones."""
+        return self.facts.stop_token_ids + self.facts.end_token_ids
+
+    @property
     def end_of_turn(self) -> str:
         """The first stop token (the closing token of templates that have one)."""
         return self.facts.stop_tokens[0]
@@ -361,11 +382,16 @@ class ChatRenderer:
             segments, risky = cached
             text = "".join(segments)
             ids = self._encode_segments(segments, risky, text)
-        if after is not None and ids and ids[0] == after:
-            lead = self._token_text(after)
+        if after is not None and ids and self._already_closed(after, ids[0]):
+            lead = self._token_text(ids[0])
             if text.startswith(lead):
                 return text[len(lead) :], ids[1:]
         return text, ids
+
+    def _already_closed(self, last: int, first: int) -> bool:
+        """Whether a continuation starting with token ``first`` (the closing token or a role tag) must drop it
+        after a turn that ended on ``last``: the model wrote that token, or one that closes in its place."""
+        return first == last or (last in self.facts.closing_in_place and first == self.end_of_turn_id)
 
     def _cached_segments(
         self,
@@ -529,30 +555,28 @@ class ChatRenderer:
             text = self._token_texts[token_id] = self.decode([token_id])
         return text
 
-    def without_stop_token(self, output_ids: Sequence[int]) -> list[int]:
-        """A turn's ``output_ids`` without the stop token that ended it (if it ended on one)."""
+    def without_stop_token(self, output_ids: Sequence[int], ended_on: int | None = None) -> list[int]:
+        """A turn's ``output_ids`` without the token that ended it: its last token when that is one of
+        :attr:`turn_end_ids` or ``ended_on`` (the stop token the server reports, e.g. one of the request's own
+        stop ids); a turn cut by ``max_new_tokens`` keeps every token."""
         ids = list(output_ids)
-        if ids and ids[-1] in self.stop_token_ids:
+        if ids and (ids[-1] in self.turn_end_ids or (ended_on is not None and ids[-1] == ended_on)):
             ids.pop()
         return ids
 
     def opens_reasoning(self, prompt_text: str) -> bool:
         """True when the generation prompt leaves a ``<think>`` block open (the output starts in reasoning).
 
-        Only the generation prompt counts: the text from its last occurrence, when no stop token follows it
-        (a ``<think>`` written inside a user or tool message, or after tool output with no generation prompt
-        at all, must not count).
+        Only the end of ``prompt_text`` counts, where the template appends the generation prompt: the detected
+        generation prompt when the text ends with it, else an unclosed ``<think>`` at the very end (a prompt
+        that differs after tool results). Text inside a user or tool message never counts, whatever it holds (a
+        tool that prints ``<think>`` or a stop token's text: template markup follows every message body), nor
+        does a continuation with no generation prompt at all (DeepSeek after tool output).
         """
         prompt = self.facts.generation_prompt
-        at = prompt_text.rfind(prompt) if prompt else -1
-        if at >= 0:
-            tail = prompt_text[at:]
-            if any(t in tail[len(prompt) :] for t in self.stop_tokens):
-                return False  # that generation prompt belongs to an earlier, finished turn
-        else:  # no generation prompt known: the text after the last stop token
-            at = max((prompt_text.rfind(t) + len(t) for t in self.stop_tokens if t in prompt_text), default=0)
-            tail = prompt_text[at:]
-        return tail.rfind(_THINK_OPEN) > tail.rfind(_THINK_CLOSE)
+        if prompt and prompt_text.endswith(prompt):
+            return prompt.rfind(_THINK_OPEN) > prompt.rfind(_THINK_CLOSE)
+        return prompt_text.rstrip().endswith(_THINK_OPEN)
 
     # -- probe -----------------------------------------------------------------------------------
 
@@ -584,7 +608,7 @@ class ChatRenderer:
             full = self.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
             expected = self._continuation_after(full, markers)
             got = self.render_continuation(conversation[i + 1 : block_end], system=_PROBE_SYSTEM, tools=tools)
-            if got != expected:
+            if got != expected and not self._closed_in_place(expected, got):
                 raise TemplateError(
                     "incremental rendering does not reproduce the chat template's full rendering: "
                     f"expected {expected!r}, rendered {got!r}"
@@ -617,14 +641,32 @@ class ChatRenderer:
         )
         user = [{"role": "user", "content": _BASE_USER}]
         bare, prompted = self._apply(user, None, False), self._apply(user, None, True)
+        turn_end: TurnEnd = "closing token" if len(stop_tokens) == 1 else "next role tag"
+        end_tokens = self._end_tokens(stop_tokens)
+        closing = stop_tokens[0] if turn_end == "closing token" else None
         return TemplateFacts(
             stop_tokens=stop_tokens,
             stop_token_ids=tuple(self._single_token_id(t) for t in stop_tokens),
-            turn_end="closing token" if len(stop_tokens) == 1 else "next role tag",
+            turn_end=turn_end,
             generation_prompt=prompted[len(bare) :] if prompted.startswith(bare) else "",
             arguments_as=self._arguments_type(),
             tool_role=tool_role,
+            end_tokens=tuple(end_tokens),
+            end_token_ids=tuple(end_tokens.values()),
+            closing_in_place=tuple(
+                i for t, i in end_tokens.items() if closing and _CLOSES_IN_PLACE_OF.get(t) == closing
+            ),
         )
+
+    def _end_tokens(self, stop_tokens: Sequence[str]) -> dict[str, int]:
+        """The model's end-of-sequence tokens that are not stop tokens, by text (ids whose text does not encode
+        back to them alone are left out: they could not be found in rendered text)."""
+        found: dict[str, int] = {}
+        for token_id in end_of_sequence_ids(self.tokenizer):
+            text = self.decode([token_id])
+            if text not in stop_tokens and self.encode(text) == [token_id]:
+                found[text] = token_id
+        return found
 
     def _tool_role(self) -> str:
         """The first of ``tool`` / ``ipython`` / ``observation`` whose messages the template shows."""
@@ -689,10 +731,24 @@ class ChatRenderer:
         if not ends:
             raise TemplateError(f"the chat template dropped assistant content {markers[0]!r}")
         at = max(ends)
-        found = [p for p in (rendered.find(t, at) for t in self.stop_tokens) if p >= 0]
+        closers = (*self.stop_tokens, *self._in_place_texts)
+        found = [p for p in (rendered.find(t, at) for t in closers) if p >= 0]
         if not found:
             raise TemplateError(f"no end-of-turn token {list(self.stop_tokens)} after an assistant turn")
         return rendered[min(found) :]
+
+    @property
+    def _in_place_texts(self) -> tuple[str, ...]:
+        return tuple(self._token_text(i) for i in self.facts.closing_in_place)
+
+    def _closed_in_place(self, expected: str, got: str) -> bool:
+        """``expected`` is ``got`` with its closing token written as one that closes in its place (Llama 3.1's
+        template renders ``<|eom_id|>`` after a tool call in ipython mode; a continuation starts at ``<|eot_id|>``
+        and drops it after a turn that ended on ``<|eom_id|>``)."""
+        closing = self.end_of_turn
+        return got.startswith(closing) and any(
+            expected.startswith(t) and expected[len(t) :] == got[len(closing) :] for t in self._in_place_texts
+        )
 
     def _single_token_id(self, text: str) -> int:
         ids = self.encode(text)
@@ -796,3 +852,71 @@ def _split_on(text: str, placeholders: Sequence[str], slots: Sequence[tuple[str,
 def _join(cached: _Pieces, slots: Sequence[tuple[str, str]]) -> str:
     pieces, order = cached
     return pieces[0] + "".join(slots[i][1] + piece for i, piece in zip(order, pieces[1:], strict=True))
+
+
+# -- the model's end-of-sequence tokens ----------------------------------------------------------
+#
+# SGLang ends a generation on the stop_token_ids a request sends AND, whatever the request says, on the model's own
+# end-of-sequence ids: the tokenizer's eos_token, the eos_token_id of the checkpoint's config.json and
+# generation_config.json (one id or a list), and Llama 3's <|eom_id|> for a tokenizer that has it. So a turn can end
+# on a token the chat template never writes (GLM's <|endoftext|>, Llama's <|eom_id|> after a tool call): they are
+# added to the template's stop tokens (TemplateFacts.end_tokens), sent as stop ids, and stripped from the turn's text.
+# The JSON files are read from the tokenizer's folder (name_or_path), or for a hub id from the local Hugging Face
+# cache (never downloaded); a model whose files are elsewhere puts its ids in the sampling params' stop_token_ids.
+#
+# Closing in place: <|eom_id|> (end of message: the model called a tool and waits for its result) ends a turn where
+# the template writes <|eot_id|> (Meta's prompt format; Llama 3.1's template renders it there in ipython mode), so a
+# continuation after it does not repeat <|eot_id|>. Any other end token is followed by the template's own closing
+# token or role tag.
+
+_ALWAYS_STOP = ("<|eom_id|>",)
+"""Tokens SGLang stops on for every tokenizer that has them (its ``additional_stop_token_ids``)."""
+_CLOSES_IN_PLACE_OF = {"<|eom_id|>": "<|eot_id|>"}
+"""End tokens that close a turn in place of the template's closing token (see the comment above)."""
+_CONFIG_FILES = ("config.json", "generation_config.json")
+
+
+def end_of_sequence_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The model's end-of-sequence token ids (within the tokenizer's vocabulary), in a stable order."""
+    vocabulary = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
+    ids = [getattr(tokenizer, "eos_token_id", None)]
+    ids += [vocabulary[token] for token in _ALWAYS_STOP if token in vocabulary]
+    ids += _configured_eos_ids(str(getattr(tokenizer, "name_or_path", "") or ""))
+    size = len(tokenizer)
+    return tuple(
+        dict.fromkeys(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size)
+    )
+
+
+def _configured_eos_ids(name: str) -> list[int]:
+    """``eos_token_id`` of the checkpoint's config files found next to the tokenizer (see the comment above)."""
+    ids: list[int] = []
+    for filename in _CONFIG_FILES:
+        path = _local_file(name, filename)
+        if path is None:
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = json.load(f).get("eos_token_id")
+        except (OSError, ValueError, AttributeError) as exc:
+            logger.warning("cannot read eos_token_id from %s: %s", path, exc)
+            continue
+        values = value if isinstance(value, list) else [value]
+        ids += [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return ids
+
+
+def _local_file(name: str, filename: str) -> str | None:
+    """``filename`` of the checkpoint ``name`` on this machine: in its folder, else in the hub cache."""
+    if not name:
+        return None
+    if os.path.isdir(name):
+        path = os.path.join(name, filename)
+        return path if os.path.isfile(path) else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, filename)
+    except Exception:  # not a hub id (a path that does not exist), or no huggingface_hub
+        return None
+    return cached if isinstance(cached, str) else None

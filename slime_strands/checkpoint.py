@@ -28,6 +28,7 @@ from typing import Any
 
 from .errors import SlimeStrandsError
 from .model_stats import ModelStats
+from .record import Termination
 from .token_manager import SegmentKind, TokenManager, TurnInfo, count_turns
 
 __all__ = [
@@ -135,6 +136,10 @@ class PendingTurn:
     """Messages the call had rendered (the continuation is the call made with that many messages)."""
     starts_in_reasoning: bool
     """Whether the turn's generation prompt opened a reasoning block (how its output is parsed)."""
+    max_new_tokens: int
+    """The turn's ``max_new_tokens`` as it was sent: its continuation asks for what the cut left of it."""
+    bound: Termination
+    """How the turn ends the episode if it finishes ``length`` (the bound that set ``max_new_tokens``)."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,6 @@ class EpisodeCheckpoint:
     tools: ToolCounters
     subagents: tuple[ModelStats, ...] = ()
     """Counters of the collected sub-agents whose segments are in ``closed``."""
-    compaction_broken: bool = False
     compaction_pending: bool | None = None
     """A compaction the abort cut (its summary turn pending): its ``overflowed`` flag; None: none."""
     continuations: int = 0
@@ -218,7 +222,6 @@ class EpisodeCheckpoint:
                 "tool_time_s": self.tools.tool_time_s,
             },
             "subagents": [_counters_data(c) for c in self.subagents],
-            "compaction_broken": self.compaction_broken,
             "compaction_pending": self.compaction_pending,
             "continuations": self.continuations,
             "turns_saved": self.turns_saved,
@@ -251,7 +254,6 @@ class EpisodeCheckpoint:
                 tools.number("tool_time_s"),
             ),
             subagents=tuple(_read_counters(_Reader(c, "subagent counters")) for c in d.items("subagents")),
-            compaction_broken=d.flag("compaction_broken"),
             compaction_pending=d.optional_flag("compaction_pending"),
             continuations=d.integer("continuations"),
             turns_saved=d.integer("turns_saved"),
@@ -305,6 +307,7 @@ def _trajectory_data(t: TrajectoryCheckpoint) -> dict[str, Any]:
 def _counters_data(stats: ModelStats) -> dict[str, Any]:
     data = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
     data["parse_errors"] = dict(stats.parse_errors)
+    data["last_cut"] = None if stats.last_cut is None else stats.last_cut.value
     return data
 
 
@@ -314,7 +317,12 @@ def _model_data(m: ModelCheckpoint) -> dict[str, Any]:
         "messages_seen": m.messages_seen,
         "pending": None
         if pending is None
-        else {"messages": pending.messages, "starts_in_reasoning": pending.starts_in_reasoning},
+        else {
+            "messages": pending.messages,
+            "starts_in_reasoning": pending.starts_in_reasoning,
+            "max_new_tokens": pending.max_new_tokens,
+            "bound": pending.bound.value,
+        },
         "last_tool_ids": list(m.last_tool_ids),
         "call_errors": {k: list(v) for k, v in m.call_errors.items()},
         "template_ids": dict(m.template_ids),
@@ -365,6 +373,16 @@ class _Reader:
     def optional_text(self, key: str) -> str | None:
         value: str | None = self._typed(key, (str,), "a string or null", optional=True)
         return value
+
+    def termination(self, key: str) -> Termination:
+        value = self.text(key)
+        try:
+            return Termination(value)
+        except ValueError:
+            raise MalformedCheckpointError(f"{self.where}.{key}: not a termination: {value!r:.80}") from None
+
+    def optional_termination(self, key: str) -> Termination | None:
+        return None if self.get(key) is None else self.termination(key)
 
     def optional_integer(self, key: str) -> int | None:
         return None if self.get(key) is None else self.integer(key)
@@ -454,6 +472,8 @@ def _read_counters(d: _Reader) -> ModelStats:
             values[f.name] = d.number(f.name)
         elif f.name == "last_finish_reason":
             values[f.name] = d.optional_text(f.name)
+        elif f.name == "last_cut":
+            values[f.name] = d.optional_termination(f.name)
         else:
             values[f.name] = d.integer(f.name)
     d.done()
@@ -465,7 +485,10 @@ def _read_model(d: _Reader) -> ModelCheckpoint:
     if d.get("pending") is not None:
         p = d.sub("pending")
         pending = PendingTurn(
-            messages=p.integer("messages"), starts_in_reasoning=p.flag("starts_in_reasoning")
+            messages=p.integer("messages"),
+            starts_in_reasoning=p.flag("starts_in_reasoning"),
+            max_new_tokens=p.integer("max_new_tokens"),
+            bound=p.termination("bound"),
         )
         p.done()
     call_errors: dict[str, tuple[str, str, str, str | None]] = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import textwrap
@@ -71,6 +72,7 @@ def _eval(ns: argparse.Namespace) -> int:
         temperature=ns.temperature,
         top_p=ns.top_p,
         max_response_len=ns.max_response_len,
+        sampling_params=_sampling_param_flags(ns.sampling_param or []),
     )
     try:
         report = run_eval(options)
@@ -93,6 +95,31 @@ def _eval(ns: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return report.exit_code
+
+
+def _sampling_param_flags(flags: Sequence[str]) -> dict[str, Any]:
+    """``--sampling-param KEY=JSON`` flags as a mapping (a later flag for the same key wins); a CommandError
+    naming the flag for a missing ``=``, a value that is not JSON or a key SGLang does not accept."""
+    from .sampling import SamplingParamError, SamplingParams
+
+    hint = "write KEY=JSON, e.g. --sampling-param top_k=20 --sampling-param 'stop=[\"</answer>\"]'"
+    params: dict[str, Any] = {}
+    for flag in flags:
+        key, sep, text = flag.partition("=")
+        if not sep or not key.strip():
+            raise CommandError(f"--sampling-param {flag!r} is not KEY=JSON", hint=hint)
+        try:
+            params[key.strip()] = json.loads(text)
+        except ValueError as exc:
+            raise CommandError(
+                f"--sampling-param {flag!r}: the value is not JSON ({exc})",
+                hint=hint + " (a string value needs JSON quotes: regex='\"...\"')",
+            ) from None
+    try:
+        SamplingParams(params, where="--sampling-param")
+    except SamplingParamError as exc:
+        raise CommandError(str(exc), hint="fix or drop that --sampling-param") from None
+    return params
 
 
 # -- inspect ------------------------------------------------------------------------------------------
@@ -220,7 +247,10 @@ def _check_server(ns: argparse.Namespace) -> int:
                 print(f"model_info: {await client.model_info()}")
             except SGLangError as exc:
                 print(f"model_info: unavailable ({exc})")
-            print(f"context length: {await client.context_length()}")
+            try:
+                print(f"context length: {await client.context_length()}")
+            except SGLangError as exc:
+                print(f"context length: unavailable ({exc})")
             return EXIT_OK
         finally:
             await client.aclose()
@@ -345,6 +375,15 @@ def _add_eval(commands: Any) -> None:
         default=16384,
         help="token budget of the whole response: every turn and tool output (default: 16384, as the AIME eval)",
     )
+    p.add_argument(
+        "--sampling-param",
+        metavar="KEY=JSON",
+        action="append",
+        help="an SGLang sampling param sent with every turn, the value as JSON (repeat the flag for several): "
+        "top_k=20, 'stop=[\"</answer>\"]', 'regex=\"...\"', 'logit_bias={\"151643\": -100}'. Wins over the "
+        "config's strands.sampling_params and --temperature / --top-p; max_new_tokens caps each turn "
+        "(--max-response-len stays the budget of the whole response)",
+    )
     p.set_defaults(run=_eval)
 
 
@@ -427,8 +466,9 @@ def _add_checks(commands: Any) -> None:
         commands,
         "check-template",
         "report a tokenizer's family, tool parser, end of turn and whether token-in/token-out is safe",
-        "Probe a tokenizer's chat template per thinking mode: the model family, the tool parser auto picks, how "
-        "a turn ends, and whether incremental token-in/token-out rendering reproduces the template.",
+        "Probe a tokenizer's chat template per thinking mode: the model family, the tool parser auto picks (or "
+        "whether the one named reads the tool call the template renders), how a turn ends, and whether "
+        "incremental token-in/token-out rendering reproduces the template.",
         "  slime-strands check-template /root/models/Qwen/Qwen3-8B\n"
         "  slime-strands check-template Qwen/Qwen3-8B --enable-thinking false --tool-parser hermes",
     )
@@ -440,7 +480,10 @@ def _add_checks(commands: Any) -> None:
         help="thinking modes to check (default: all; none = the template's default)",
     )
     template.add_argument(
-        "--tool-parser", default="auto", help="auto (default) or a parser name, as in the plugin settings"
+        "--tool-parser",
+        default="auto",
+        help="auto (default) or a parser name, as in the plugin settings: NOT usable (exit 1) when it cannot "
+        "read the tool call the template renders",
     )
     template.set_defaults(run=_check_template)
     config = _command(

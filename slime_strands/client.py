@@ -7,8 +7,12 @@ transient failures only, and small typed errors carrying the server's own messag
 Facts about SGLang this module encodes (read from SGLang 0.5.23's source): the context window is reported by
 ``GET /v1/models`` (``max_model_len``; ``/server_info`` says ``context_length: null`` unless the server was
 started with ``--context-length``); its scheduler refuses inputs of ``context_length - 6`` tokens or more
-(:data:`SGLANG_CONTEXT_MARGIN`); and every context-length refusal is a 400 with one of
-:data:`CONTEXT_ERROR_PHRASES`.
+(:data:`SGLANG_CONTEXT_MARGIN`); every context-length refusal is a 400 with one of
+:data:`CONTEXT_ERROR_PHRASES`, and most carry the window (:attr:`SGLangContextLengthError.window`); its
+scheduler matches ``/abort_request`` ids by PREFIX and it aborts the request of a client that disconnects
+(a timeout). So every attempt of a request gets a fresh id of one fixed length (no id is a prefix of
+another), and the ids in flight are kept per caller (:class:`RequestHandle`) so an abort reaches each by its
+exact id.
 
 aiohttp rather than httpx: httpcore's pool walks every pooled connection (twice) for every request it queues
 or releases, which is quadratic in concurrency and was 43% of the process's CPU at 512 agents; aiohttp's
@@ -18,10 +22,12 @@ connector hands out idle connections from a per-host deque. ``benchmarks/bench_h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
 import random
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +41,7 @@ __all__ = [
     "CONTEXT_ERROR_PHRASES",
     "SGLANG_CONTEXT_MARGIN",
     "GenerateResult",
+    "RequestHandle",
     "SGLangAbortError",
     "SGLangClient",
     "SGLangConnectionError",
@@ -42,6 +49,7 @@ __all__ = [
     "SGLangError",
     "SGLangHTTPError",
     "SGLangProtocolError",
+    "SGLangTimeoutError",
     "TokenIdsJSON",
 ]
 
@@ -63,6 +71,13 @@ CONTEXT_ERROR_PHRASES = (
     "prompt is too long after expanding",  # scheduler: multimodal prompt after expansion
 )
 """Lower-case phrases of SGLang's 400 answers that mean "the request does not fit the context"."""
+_WINDOW_TEXTS = (
+    (re.compile(r"maximum context length of (\d+) tokens"), 0),  # tokenizer manager: input + max_new_tokens
+    (re.compile(r"longer than the model's context length \((\d+) tokens\)"), 0),  # the input alone
+    # the scheduler's bound on inputs, ``min(context - 1, kv_pool - 1) - 5``: the window it implies
+    (re.compile(r"exceeds the maximum allowed length \((\d+) tokens\)"), 6),
+)
+"""SGLang 0.5.23's context refusals that name a bound, and what to add to it to get the window it implies."""
 SGLANG_CONTEXT_MARGIN = 6
 """Tokens of the context window a trajectory can never use: SGLang's scheduler rejects inputs of
 ``min(context_length - 1, kv_pool - 1) - 5`` tokens or more, so a request needs ``input <= context - 7``
@@ -92,9 +107,23 @@ class SGLangHTTPError(SGLangError):
 class SGLangContextLengthError(SGLangHTTPError):
     """A 400 saying the prompt (plus the requested new tokens) does not fit the model's context."""
 
+    @property
+    def window(self) -> int | None:
+        """The context window SGLang's text implies (its scheduler's bound counts as ``bound + 6``, so
+        :data:`SGLANG_CONTEXT_MARGIN` applies to both alike); None when the text names none."""
+        for pattern, extra in _WINDOW_TEXTS:
+            match = pattern.search(self.message)
+            if match:
+                return int(match.group(1)) + extra
+        return None
+
 
 class SGLangConnectionError(SGLangError):
     """The server could not be reached (or kept failing transiently) after every retry."""
+
+
+class SGLangTimeoutError(SGLangConnectionError):
+    """Every attempt of a request outlasted the client's timeout (``request_timeout_s``)."""
 
 
 class SGLangProtocolError(SGLangError):
@@ -114,6 +143,9 @@ class GenerateResult:
     finish_reason: str
     """``stop``, ``length`` or ``abort`` (SGLang's ``finish_reason.type``)."""
     finish_message: str | None = None
+    finish_length: int | None = None
+    """A ``length`` finish's ``max_new_tokens`` as the server applied it: less than the request's when the
+    server clamped it (silently, to its window or KV pool)."""
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
@@ -128,6 +160,34 @@ class GenerateResult:
     """The server's ``meta_info`` without the per-token logprob lists (they are ``output_ids`` / ``logprobs``),
     with ``routed_experts_start_len`` filled as above when routing was requested: what slime's
     ``Sample.append_response_tokens`` reads (top-p spans, routing, weight version, cache and spec stats)."""
+
+
+class RequestHandle:
+    """The ids of one caller's ``/generate`` attempts in flight (one sample's, one trajectory's), so that
+    :meth:`SGLangClient.abort` reaches every attempt by its exact id, and none starts after it.
+
+    SGLang matches abort ids by prefix, so aborting by a shared base id would also kill unrelated retries;
+    every attempt instead has an id of its own, recorded here while it runs."""
+
+    __slots__ = ("_aborted", "_rids")
+
+    def __init__(self) -> None:
+        self._rids: set[str] = set()
+        self._aborted = False
+
+    @property
+    def rids(self) -> frozenset[str]:
+        """Ids of the attempts being answered now."""
+        return frozenset(self._rids)
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the caller aborted: an ``abort`` answer is then expected, and no new attempt is sent."""
+        return self._aborted
+
+    def reset(self) -> None:
+        """Forget an abort: the caller sends new requests (a new episode)."""
+        self._aborted = False
 
 
 class TokenIdsJSON:
@@ -216,10 +276,13 @@ class SGLangClient:
         self._context_length: int | None = None
         self._context_length_known = False
         # A session references its loop, so a weak mapping would never let go: closed loops are swept instead.
-        # Request ids: a random per-client prefix and a counter (uuid4 per request reads os.urandom each time).
+        # Request ids: a random per-client prefix and a counter, 32 hex digits in all (uuid4 per request reads
+        # os.urandom each time). Ids of one length are never a prefix of one another: SGLang aborts by prefix.
         self._rid_prefix = uuid.uuid4().hex[:16]
         self._rid_counter = itertools.count()
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._discovery: dict[asyncio.AbstractEventLoop, asyncio.Task[int | None]] = {}
+        """The window discovery running on each loop: concurrent turns wait for one instead of each asking."""
 
     def __repr__(self) -> str:
         return f"SGLangClient({self.base_url!r}, max_connections={self.max_connections})"
@@ -269,29 +332,29 @@ class SGLangClient:
         json_body: Any = None,
         headers: Mapping[str, str] | None = None,
         retries: int | None = None,
-        body_for_attempt: Callable[[int], bytes] | None = None,
+        attempt: _Attempt | None = None,
     ) -> _Response:
         """Send one request, retrying connection errors and 5xx / 408 / 429; never retrying other 4xx.
 
-        ``body_for_attempt(attempt)``, when given, builds the (JSON) body of each attempt (a retried /generate
-        needs a fresh ``rid``: the first attempt may still be running and SGLang rejects duplicate rids).
+        ``attempt``, when given, sends each attempt instead (a /generate attempt has an id of its own: SGLang
+        rejects a duplicate in-flight rid and aborts by prefix). Every attempt timing out raises
+        :class:`SGLangTimeoutError`.
         """
         retries = self.max_retries if retries is None else retries
         last_error: Exception | None = None
         request_headers = {**_JSON_HEADERS, **(headers or {})}
-        for attempt in range(retries + 1):
-            if attempt:
-                await asyncio.sleep(self._backoff(attempt - 1))
+        data = None if json_body is None else _dumps(json_body)
+        for number in range(retries + 1):
+            if number:
+                await asyncio.sleep(self._backoff(number - 1))
             try:
-                if body_for_attempt is not None:
-                    data: bytes | None = body_for_attempt(attempt)
+                if attempt is not None:
+                    response = await attempt.send(request_headers)
                 else:
-                    data = None if json_body is None else _dumps(json_body)
-                async with self._http().request(method, path, data=data, headers=request_headers) as raw:
-                    response = _Response(raw.status, raw.reason or "", await raw.read(), str(raw.url))
+                    response = await self._send(method, path, data, request_headers)
             except _TRANSPORT_ERRORS as exc:  # connect errors, resets, disconnects, timeouts, bad framing
                 last_error = exc
-                logger.debug("SGLang %s %s failed (%r), attempt %d", method, path, exc, attempt + 1)
+                logger.debug("SGLang %s %s failed (%r), attempt %d", method, path, exc, number + 1)
                 continue
             if response.status_code < 400:
                 return response
@@ -300,12 +363,35 @@ class SGLangClient:
                 raise error
             last_error = error
             logger.debug(
-                "SGLang %s %s answered %d, attempt %d", method, path, response.status_code, attempt + 1
+                "SGLang %s %s answered %d, attempt %d", method, path, response.status_code, number + 1
             )
         assert last_error is not None
+        where = f"{method} {self.base_url}{path}"
+        if isinstance(last_error, TimeoutError):
+            raise SGLangTimeoutError(
+                f"{where} timed out: no answer within the {self.timeout} s request timeout in {retries + 1} "
+                "attempt(s) (request_timeout_s; null waits as long as the server needs)"
+            ) from last_error
         raise SGLangConnectionError(
-            f"{method} {self.base_url}{path} failed after {retries + 1} attempt(s): {last_error!r}"
+            f"{where} failed after {retries + 1} attempt(s): {last_error!r}"
         ) from last_error
+
+    async def _send(
+        self, method: str, path: str, data: bytes | None, headers: Mapping[str, str]
+    ) -> _Response:
+        """One HTTP exchange, read in full."""
+        async with self._http().request(method, path, data=data, headers=headers) as raw:
+            return _Response(raw.status, raw.reason or "", await raw.read(), str(raw.url))
+
+    def _new_rid(self) -> str:
+        return f"{self._rid_prefix}{next(self._rid_counter):016x}"
+
+    async def _abort_given_up(self, rid: str) -> None:
+        """Abort an attempt the client gave up on (timed out) by its exact id, before it is sent again: SGLang
+        aborts a disconnected client's request itself, but a router in between may not pass the disconnect
+        on, and the server would generate for nobody. Best effort: one try, failures ignored."""
+        with contextlib.suppress(SGLangError):
+            await self._request("POST", "/abort_request", json_body={"rid": rid}, retries=0)
 
     # -- API -----------------------------------------------------------------------------------
 
@@ -322,6 +408,7 @@ class SGLangClient:
         abort_retries: int = 0,
         abort_expected: Callable[[], bool] | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        handle: RequestHandle | None = None,
     ) -> GenerateResult:
         """Generate from ``input_ids`` (never text) and return output ids with their logprobs.
 
@@ -331,10 +418,17 @@ class SGLangClient:
         The ids sent are ``input_ids`` followed by ``input_ids_tail`` (a :class:`TokenIdsJSON` trajectory and
         this turn's new ids: the trajectory is not serialised again every turn).
 
-        With ``abort_retries`` > 0, an ``abort`` answer the caller did not cause (``abort_expected()`` false:
-        e.g. a worker restarting behind the router) is sent again, up to ``abort_retries`` times, then raises
-        :class:`SGLangAbortError`; an abort the caller asked for (slime's own) is returned as is. With the
-        default 0 every ``abort`` answer is returned as is.
+        Every attempt (a retry after a transient failure or a timeout, a resend after a server abort) has a
+        fresh id (``rid``, when given, is the first attempt's; it must not be a prefix of another request's
+        id); an attempt that timed out is aborted by its id before the next is sent. ``handle`` holds the ids
+        in flight: :meth:`abort` with it reaches each attempt, and no attempt is sent after it (the answer is
+        then an ``abort`` with nothing generated). A context refusal raises :class:`SGLangContextLengthError`
+        and teaches the client the window its text names (:meth:`context_length`).
+
+        With ``abort_retries`` > 0, an ``abort`` answer the caller did not cause (``abort_expected()`` false
+        and ``handle`` not aborted: e.g. a worker restarting behind the router) is sent again, up to
+        ``abort_retries`` times, then raises :class:`SGLangAbortError`; an abort the caller asked for (slime's
+        own) is returned as is. With the default 0 every ``abort`` answer is returned as is.
         """
         count = len(input_ids) + len(input_ids_tail)
         if not count:
@@ -343,48 +437,32 @@ class SGLangClient:
             raise ValueError(f"routed_experts_start_len must be in [0, {count}]")
         if not isinstance(input_ids, TokenIdsJSON):
             input_ids = TokenIdsJSON(input_ids)
-        ids_json = input_ids.json_pieces(input_ids_tail)
-        rid = rid or f"{self._rid_prefix}{next(self._rid_counter):016x}"
-        body: dict[str, Any] = {
-            "sampling_params": dict(sampling_params),
-            "return_logprob": True,
-            "logprob_start_len": count - 1,
-            "rid": rid,
-            "stream": False,
-        }
-        if return_routed_experts:
-            body["return_routed_experts"] = True
-            if routed_experts_start_len:
-                body["routed_experts_start_len"] = routed_experts_start_len
-        if extra_body:
-            body.update(extra_body)
+        body = _generate_body(
+            sampling_params, count, return_routed_experts, routed_experts_start_len, extra_body
+        )
         headers = {ROUTING_KEY_HEADER: routing_key} if routing_key else None
-
-        for abort in range(abort_retries + 1):
-            base = rid if abort == 0 else f"{rid}-abort{abort}"
-
-            def body_for_attempt(attempt: int, base: str = base) -> bytes:
-                rest = _dumps({**body, "rid": base if attempt == 0 else f"{base}-retry{attempt}"})
-                # the ids are serialised once per trajectory and copied once per request
-                return b"".join((b'{"input_ids":', *ids_json, b",", memoryview(rest)[1:]))
-
-            response = await self._request(
-                "POST", "/generate", headers=headers, body_for_attempt=body_for_attempt
-            )
-            result = _parse_generate(
-                response, base, routed_experts_start_len if return_routed_experts else None
-            )
-            if (
-                result.finish_reason != "abort"
-                or not abort_retries
-                or (abort_expected is not None and abort_expected())
-            ):
+        handle = RequestHandle() if handle is None else handle
+        attempt = _Attempt(self, body, input_ids.json_pieces(input_ids_tail), handle, rid)
+        start = routed_experts_start_len if return_routed_experts else None
+        for resend in range(abort_retries + 1):
+            try:
+                response = await self._request("POST", "/generate", headers=headers, attempt=attempt)
+            except _AbortedBeforeSending:
+                return GenerateResult(
+                    [], [], "abort", "aborted by the client before it was sent", rid=attempt.rid
+                )
+            except SGLangContextLengthError as exc:
+                self._learn_window(exc.window)
+                raise
+            result = _parse_generate(response, attempt.rid or "", start)
+            expected = handle.aborted or (abort_expected is not None and abort_expected())
+            if result.finish_reason != "abort" or not abort_retries or expected:
                 return result
             logger.warning(
                 "SGLang aborted request %s on its own (%s); attempt %d of %d",
-                base,
+                attempt.rid,
                 result.finish_message,
-                abort + 1,
+                resend + 1,
                 abort_retries + 1,
             )
         raise SGLangAbortError(
@@ -400,54 +478,187 @@ class SGLangClient:
         except _TRANSPORT_ERRORS:
             return False
 
-    async def abort(self, rid: str | None = None) -> None:
-        """Abort one request by ``rid``, or every in-flight request when ``rid`` is None."""
-        body = {"rid": rid} if rid else {"abort_all": True}
-        await self._request("POST", "/abort_request", json_body=body, retries=2)
+    async def abort(self, target: str | RequestHandle | None = None) -> None:
+        """Abort one request by its id, every attempt a :class:`RequestHandle` has in flight (each by its exact
+        id; none is sent after this), or every in-flight request of the server when ``target`` is None.
 
-    async def model_info(self) -> dict[str, Any]:
+        SGLang aborts every request whose id STARTS with the given one: the ids this client makes are never a
+        prefix of one another, so an id of theirs reaches exactly that request."""
+        if target is None:
+            await self._request("POST", "/abort_request", json_body={"abort_all": True}, retries=2)
+            return
+        if isinstance(target, RequestHandle):
+            target._aborted = True
+            rids = sorted(target.rids)
+        else:
+            rids = [target]
+        for rid in rids:
+            await self._request("POST", "/abort_request", json_body={"rid": rid}, retries=2)
+
+    async def model_info(self, *, retries: int = 2) -> dict[str, Any]:
         """The server's ``/model_info`` (``/get_model_info`` on older servers)."""
-        try:
-            response = await self._request("GET", "/model_info", retries=2)
-        except SGLangHTTPError as exc:
-            if exc.status_code != 404:
-                raise
-            response = await self._request("GET", "/get_model_info", retries=2)
-        return _json(response)
+        return _json(await self._info("/model_info", "/get_model_info", retries))
 
-    async def server_info(self) -> dict[str, Any]:
+    async def server_info(self, *, retries: int = 2) -> dict[str, Any]:
         """The server's ``/server_info`` (``/get_server_info`` on older servers)."""
+        return _json(await self._info("/server_info", "/get_server_info", retries))
+
+    async def _info(self, path: str, old_path: str, retries: int) -> _Response:
         try:
-            response = await self._request("GET", "/server_info", retries=2)
+            return await self._request("GET", path, retries=retries)
         except SGLangHTTPError as exc:
             if exc.status_code != 404:
                 raise
-            response = await self._request("GET", "/get_server_info", retries=2)
-        return _json(response)
+            return await self._request("GET", old_path, retries=retries)
 
-    async def models(self) -> dict[str, Any]:
+    async def models(self, *, retries: int = 2) -> dict[str, Any]:
         """The server's OpenAI-style ``GET /v1/models`` (where stock SGLang reports ``max_model_len``)."""
-        return _json(await self._request("GET", "/v1/models", retries=2))
+        return _json(await self._request("GET", "/v1/models", retries=retries))
 
     async def context_length(self) -> int | None:
-        """The served model's context window (asked once): ``/v1/models`` ``max_model_len`` first, then
-        ``/server_info`` / ``/model_info`` (which report it only when the server was started with
-        ``--context-length``); None when no answer says."""
+        """The served model's context window: ``/v1/models`` ``max_model_len`` first, then ``/server_info`` /
+        ``/model_info`` (which report it only when the server was started with ``--context-length``), or
+        what a context refusal named; None when the server answers but no answer says (a refusal will).
+
+        Asked once per client, by one request on each event loop however many turns wait for it. While the
+        server cannot be reached (down, or answering 503 while it loads), the question is asked again with the
+        backoff of a request, up to ``max_retries`` times, before any turn is sent; then
+        :class:`SGLangConnectionError`. A turn is never sent sized for an unknown window for want of asking.
+        """
         if self._context_length_known:
             return self._context_length
-        answered = False
-        for getter in (self.models, self.server_info, self.model_info):
-            try:
-                info = await getter()
-            except SGLangError:
-                continue
-            answered = True
-            value = _window_of(info)
-            if value is not None:
-                self._context_length, self._context_length_known = value, True
-                return value
-        self._context_length_known = answered  # ask again later if the server could not be reached
-        return None
+        loop = asyncio.get_running_loop()
+        task = self._discovery.get(loop)
+        if task is None or task.done():
+            for other in [other for other in self._discovery if other.is_closed()]:
+                del self._discovery[other]
+            task = self._discovery[loop] = loop.create_task(self._discover_window())
+            task.add_done_callback(_retrieve)
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done() and self._discovery.get(loop) is task:
+                del self._discovery[loop]
+
+    async def _discover_window(self) -> int | None:
+        """Rounds of the three questions until one says the window, or all three were answered (a 404 counts)
+        without saying it; a round that any of them could not reach is asked again after a backoff (a route
+        answering 503 may be the one that knows)."""
+        last_error: Exception | None = None
+        for number in range(self.max_retries + 1):
+            if number:
+                await asyncio.sleep(self._backoff(number - 1))
+                if self._context_length_known:  # a context refusal named it meanwhile
+                    return self._context_length
+            unreachable = False
+            for getter in (self.models, self.server_info, self.model_info):
+                try:
+                    info = await getter(retries=0)
+                except (
+                    SGLangConnectionError
+                ) as exc:  # unreachable, or a 5xx / 408 / 429 (loading, restarting)
+                    last_error, unreachable = exc, True
+                    continue
+                except SGLangError:  # a 404, a non-JSON answer: this route will not say
+                    continue
+                value = _window_of(info)
+                if value is not None:
+                    self._learn_window(value)
+                    return self._context_length
+            if not unreachable:
+                self._context_length_known = True  # the server does not say: a context refusal will
+                return self._context_length
+        raise SGLangConnectionError(
+            f"cannot learn the context window of {self.base_url}: /v1/models, /server_info and /model_info "
+            f"failed {self.max_retries + 1} time(s): {last_error!r}"
+        ) from last_error
+
+    def _learn_window(self, window: int | None) -> None:
+        """Record a window the server named (the smallest named wins: a KV pool smaller than the context
+        bounds inputs more tightly than the context does)."""
+        if window is None:
+            return
+        if self._context_length is None or window < self._context_length:
+            logger.info("SGLang at %s serves a context window of %d tokens", self.base_url, window)
+            self._context_length = window
+        self._context_length_known = True
+
+
+def _generate_body(
+    sampling_params: Mapping[str, Any],
+    count: int,
+    return_routed_experts: bool,
+    routed_experts_start_len: int,
+    extra_body: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """A /generate body without its ids and ``rid`` (each attempt adds its own)."""
+    body: dict[str, Any] = {
+        "sampling_params": dict(sampling_params),
+        "return_logprob": True,
+        "logprob_start_len": count - 1,
+        "stream": False,
+    }
+    if return_routed_experts:
+        body["return_routed_experts"] = True
+        if routed_experts_start_len:
+            body["routed_experts_start_len"] = routed_experts_start_len
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+class _AbortedBeforeSending(Exception):
+    """The caller aborted its :class:`RequestHandle` before this attempt went out."""
+
+
+class _Attempt:
+    """The attempts of one /generate request: each with a fresh id, recorded in the caller's handle while it
+    runs; one that times out is aborted by its id before the next is sent."""
+
+    def __init__(
+        self,
+        client: SGLangClient,
+        body: dict[str, Any],
+        ids_json: tuple[bytes | bytearray, ...],
+        handle: RequestHandle,
+        first_rid: str | None,
+    ) -> None:
+        self._client = client
+        self._body = body
+        self._ids_json = ids_json
+        self._handle = handle
+        self._next_rid = first_rid
+        self.rid: str | None = None
+        """The id of the latest attempt: the one that answered, once the request returned."""
+
+    async def send(self, headers: Mapping[str, str]) -> _Response:
+        if self._handle.aborted:
+            raise _AbortedBeforeSending
+        rid, self._next_rid = self._next_rid or self._client._new_rid(), None
+        self.rid = rid
+        rest = _dumps({**self._body, "rid": rid})
+        # the ids are serialised once per trajectory and copied once per request
+        data = b"".join((b'{"input_ids":', *self._ids_json, b",", memoryview(rest)[1:]))
+        self._handle._rids.add(rid)
+        try:
+            return await self._client._send("POST", "/generate", data, headers)
+        except aiohttp.ConnectionTimeoutError:
+            raise  # never connected: the server has not seen it
+        except TimeoutError:
+            await self._client._abort_given_up(rid)
+            raise
+        finally:
+            self._handle._rids.discard(rid)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a task's exception as seen: its awaiters may all have been cancelled."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _window_of(info: Any) -> int | None:
@@ -458,8 +669,8 @@ def _window_of(info: Any) -> int | None:
     if not isinstance(info, dict):
         return None
     for key in ("max_model_len", "context_length", "max_context_length", "context_len"):
-        value = info.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        value = _int_or_none(info.get(key))
+        if value is not None and value > 0:
             return value
     return None
 
@@ -556,6 +767,7 @@ def _parse_generate(response: _Response, rid: str, routed_experts_start_len: int
         logprobs=logprobs,
         finish_reason=finish_type,
         finish_message=finish.get("message"),
+        finish_length=_int_or_none(finish.get("length")) if finish_type == "length" else None,
         prompt_tokens=meta.get("prompt_tokens"),
         cached_tokens=meta.get("cached_tokens"),
         completion_tokens=meta.get("completion_tokens"),

@@ -36,7 +36,6 @@ from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
 from .model import (
     INVALID_TOOL_NAME,
-    SGLANG_SAMPLING_KEYS,
     GenerationAbortedError,
     ResponseBudgetExhaustedError,
     SGLangModel,
@@ -45,6 +44,7 @@ from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION, InvocationPacer
 from .record import EpisodeRecord, SegmentRecord, Termination
 from .resume import AbortGuard, AbortSignal, capture, restore
 from .runtime import import_tools, raise_gc_threshold
+from .sampling import merge_sampling_params
 from .segments import SEGMENTS_KEY, EpisodeSegments
 from .settings import PluginSettings
 from .token_manager import TokenManager
@@ -62,7 +62,9 @@ class EpisodeSpec:
     prompt: str | Sequence[Mapping[str, Any]]
     """The task: a user message, or chat messages (optional system first, the user last)."""
     sampling_params: Mapping[str, Any]
-    """SGLang sampling params (``max_new_tokens`` caps each turn); keys SGLang does not know are dropped."""
+    """SGLang sampling params (``max_new_tokens`` caps each turn); the settings' ``sampling_params`` go on top
+    (``slime_strands.sampling``). ``None`` values mean SGLang's default; a key SGLang does not accept stops
+    the run (``SamplingParamError``, a configuration error), never dropped."""
     max_response_tokens: int | None = None
     """Budget of ALL response tokens (generated and tool/template tokens after the prompt), per trajectory
     segment (one slime sample) when ``context_management`` compacts the history."""
@@ -180,7 +182,9 @@ def _build(
         tokenizer=tokenizer,
         client=client,
         model_id=spec.model_id,
-        params=_sglang_params(spec.sampling_params),
+        params=merge_sampling_params(
+            spec.sampling_params, settings.sampling_params, training=not spec.evaluation
+        ),
         chat_template_kwargs=template_kwargs,
         tool_parser=settings.tool_parser,
         context_length=spec.max_context_tokens,
@@ -277,11 +281,6 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def _sglang_params(sampling_params: Mapping[str, Any]) -> dict[str, Any]:
-    """A fresh dict of the SGLang sampling params (slime shares one dict across eval samples)."""
-    return {k: v for k, v in sampling_params.items() if k in SGLANG_SAMPLING_KEYS and v is not None}
-
-
 # -- run ---------------------------------------------------------------------------------------------
 
 
@@ -323,7 +322,11 @@ async def run_agent(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        return _classify(exc)
+        termination, error = _classify(exc)
+        if termination is Termination.MAX_TOKENS and isinstance(agent.model, SGLangModel):
+            # Strands says only "max_tokens": the model knows which bound cut the turn
+            termination = agent.model.stats.last_cut or termination
+        return termination, error
     finally:
         if pacer is not None:
             pacer.finish()

@@ -59,6 +59,8 @@ class EvalOptions:
     temperature: float = 1.0
     top_p: float = 1.0
     max_response_len: int = 16384
+    sampling_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """``--sampling-param`` flags: on top of the config's ``strands.sampling_params`` (a flag wins)."""
 
 
 @dataclass
@@ -81,7 +83,7 @@ class EvalReport:
 def run_eval(options: EvalOptions) -> EvalReport:
     """Check every input (data, config, ``--out``, tokenizer, wandb, tools, template, server), then run."""
     prompts = load_prompts(options.data, limit=options.limit)
-    settings = _settings(options.config)
+    settings = _settings(options.config, options.sampling_params)
     wandb = require_wandb() if options.wandb_project else None
     if options.out:
         _check_writable(options.out)
@@ -91,17 +93,24 @@ def run_eval(options: EvalOptions) -> EvalReport:
     return asyncio.run(evaluator.run())
 
 
-def _settings(path: str | None) -> PluginSettings:
+def _settings(path: str | None, flags: Mapping[str, Any]) -> PluginSettings:
+    """The plugin settings of ``--config`` (or the defaults), with the ``--sampling-param`` flags folded into
+    their ``sampling_params`` (a flag wins over the file)."""
     if path is None:
-        return PluginSettings()
-    try:
-        return PluginSettings.from_yaml(path)
-    except FileNotFoundError:
-        raise CommandError(
-            f"{path}: no such config file", hint="pass the plugin YAML (strands: section)"
-        ) from None
-    except OSError as exc:
-        raise CommandError(f"{path}: cannot read the config: {exc}") from exc
+        settings = PluginSettings()
+    else:
+        try:
+            settings = PluginSettings.from_yaml(path)
+        except FileNotFoundError:
+            raise CommandError(
+                f"{path}: no such config file", hint="pass the plugin YAML (strands: section)"
+            ) from None
+        except OSError as exc:
+            raise CommandError(f"{path}: cannot read the config: {exc}") from exc
+    if not flags:
+        return settings
+    merged = settings.sampling_params.with_overrides(flags, where="--sampling-param")
+    return dataclasses.replace(settings, sampling_params=merged)
 
 
 def _check_writable(out: str) -> None:
@@ -264,7 +273,8 @@ class _Evaluator:
             sinks.progress.finished(self._collect(row, sinks.log))
 
     def _spec(self, prompt: EvalPrompt, sample: int) -> EpisodeSpec:
-        """As slime's eval builds it: the whole response budget is also each turn's ``max_new_tokens``."""
+        """As slime's eval builds it: the whole response budget is also each turn's ``max_new_tokens`` (the
+        settings' ``sampling_params``, ``--sampling-param`` included, go on top in the episode)."""
         budget = self.options.max_response_len
         return EpisodeSpec(
             prompt=prompt.prompt,
@@ -326,6 +336,7 @@ class _Evaluator:
             "temperature": options.temperature,
             "top_p": options.top_p,
             "max_response_len": options.max_response_len,
+            "sampling_params": dict(self.settings.sampling_params),
             "config": options.config,
         }
 

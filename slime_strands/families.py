@@ -15,7 +15,7 @@ from typing import Any
 
 from .chat import ChatRenderer, TemplateError
 from .errors import ConfigurationError
-from .tool_parsers import AUTO, ToolCall, ToolParser, get_tool_parser, registered_tool_parsers
+from .tool_parsers import AUTO, ToolCall, ToolCallError, ToolParser, get_tool_parser, registered_tool_parsers
 
 __all__ = ["TemplateReport", "check_template", "detect_tool_parser", "select_tool_parser"]
 
@@ -33,6 +33,7 @@ _TOOL: dict[str, Any] = {
         },
     },
 }
+_SCHEMAS = {"probe_tool": _TOOL["function"]["parameters"]}
 _CALL = {
     "id": "functions.probe_tool:0",
     "type": "function",
@@ -68,13 +69,8 @@ def _detect(renderer: ChatRenderer) -> tuple[str, str]:
     names = registered_tool_parsers()
     turn = _rendered_call_turn(renderer)
     if turn is not None:
-        text, starts_in_reasoning = turn
-        schemas = {"probe_tool": _TOOL["function"]["parameters"]}
         for name in names:
-            parsed = get_tool_parser(name).parse(text, starts_in_reasoning=starts_in_reasoning, tools=schemas)
-            if [(c.name, c.input) for c in parsed.calls if isinstance(c, ToolCall)] == [
-                ("probe_tool", _ARGUMENTS)
-            ] and len(parsed.calls) == 1:
+            if _why_unread(name, turn) is None:
                 return name, "the chat template renders tool calls in this format"
     vocabulary = set(renderer.special_tokens)
     fitting = [n for n in names if (m := get_tool_parser(n).markers) and all(t in vocabulary for t in m)]
@@ -97,6 +93,34 @@ def _detect(renderer: ChatRenderer) -> tuple[str, str]:
     )
 
 
+def _why_unread(name: str, turn: tuple[str, bool]) -> str | None:
+    """None when parser ``name`` reads the probe call back from ``turn`` (the template's rendering of it and
+    whether it starts in reasoning), else what it read instead."""
+    text, starts_in_reasoning = turn
+    parsed = get_tool_parser(name).parse(text, starts_in_reasoning=starts_in_reasoning, tools=_SCHEMAS)
+    read = [(c.name, c.input) for c in parsed.calls if isinstance(c, ToolCall)]
+    if read == [("probe_tool", _ARGUMENTS)] and len(parsed.calls) == 1:
+        return None
+    errors = [c for c in parsed.calls if isinstance(c, ToolCallError)]
+    if errors:
+        return f"{errors[0].kind}: {errors[0].message}"
+    if parsed.reasoning_calls:
+        return "it reads the call as drafted inside reasoning"
+    return f"it reads {read} instead of {[('probe_tool', _ARGUMENTS)]}" if read else "it finds no tool call"
+
+
+def _explicit_parser(renderer: ChatRenderer, name: str) -> tuple[str, str | None]:
+    """``(evidence, why the parser cannot read the template's tool calls or None)`` for a parser set by name."""
+    turn = _rendered_call_turn(renderer)
+    if turn is None:
+        return "set explicitly; the chat template renders no tool call to check it against", None
+    why = _why_unread(name, turn)
+    if why is None:
+        return "set explicitly; it reads the tool call the chat template renders", None
+    problem = f"{name} cannot read the tool call the chat template renders ({why}); rendered: {turn[0]!r}"
+    return f"set explicitly, but {problem}", problem
+
+
 def _rendered_call_turn(renderer: ChatRenderer) -> tuple[str, bool] | None:
     """The text of an assistant turn holding one known call, as the template renders it (None: it cannot)."""
     user = {"role": "user", "content": _QUESTION}
@@ -113,7 +137,7 @@ def _rendered_call_turn(renderer: ChatRenderer) -> tuple[str, bool] | None:
         text, starts_in_reasoning = rendered[len(prompt) :], renderer.opens_reasoning(prompt)
     else:  # the template rewrites the turn's opening (GLM-4.7: "<think>" prompt, "</think>" in history)
         text, starts_in_reasoning = rendered[rendered.rfind(_QUESTION) + len(_QUESTION) :], False
-    ends = [p for p in (text.find(t) for t in renderer.stop_tokens) if p >= 0]
+    ends = [p for p in (text.find(t) for t in (*renderer.stop_tokens, *renderer.facts.end_tokens)) if p >= 0]
     return (text[: min(ends)] if ends else text), starts_in_reasoning
 
 
@@ -135,11 +159,15 @@ class TemplateReport:
     arguments_as: str | None = None
     tool_role: str | None = None
     parallel_calls: bool | None = None
+    parser_problem: str | None = None
+    """Why the parser set by name cannot read what the template renders (None: it can, or it was detected)."""
+    end_tokens: Sequence[str] = field(default_factory=tuple)
+    """The model's end-of-sequence tokens that also end a turn (``chat.end_of_sequence_ids``)."""
 
     @property
     def usable(self) -> bool:
-        """Token-in/token-out is safe AND a tool parser is known."""
-        return self.tito_safe and self.parser is not None
+        """Token-in/token-out is safe AND a tool parser is known that reads the template's tool calls."""
+        return self.tito_safe and self.parser is not None and self.parser_problem is None
 
     def lines(self) -> list[str]:
         head = f"enable_thinking={self.enable_thinking}"
@@ -150,6 +178,8 @@ class TemplateReport:
         out.append(f"  tool parser: {self.parser or 'none'} ({self.parser_evidence})")
         stops = ", ".join(repr(t) for t in self.stop_tokens)
         out.append(f"  end of turn: {self.turn_end} ({stops})")
+        if self.end_tokens:
+            out.append(f"  end of sequence: {', '.join(repr(t) for t in self.end_tokens)} (also end a turn)")
         out.append(f"  generation prompt: {self.generation_prompt!r}")
         out.append(
             f"  tool results as role {self.tool_role!r}; tool-call arguments as "
@@ -176,11 +206,13 @@ def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: st
         parallel: bool | None = renderer.probe()
     except TemplateError as exc:
         parallel, reason = None, str(exc)
+    problem = None
     try:
         if tool_parser == AUTO:
             parser, evidence = detect_tool_parser(renderer)
         else:
-            parser, evidence = get_tool_parser(tool_parser).name, "set explicitly"
+            parser = get_tool_parser(tool_parser).name
+            evidence, problem = _explicit_parser(renderer, parser)
         family: str | None = get_tool_parser(parser).family
     except ConfigurationError as exc:
         parser, evidence, family = None, str(exc), None
@@ -198,4 +230,6 @@ def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: st
         arguments_as=facts.arguments_as,
         tool_role=facts.tool_role,
         parallel_calls=parallel,
+        parser_problem=problem,
+        end_tokens=facts.end_tokens,
     )

@@ -19,6 +19,7 @@ import weakref
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from strands.hooks import BeforeToolCallEvent
@@ -33,6 +34,7 @@ from .checkpoint import ModelCheckpoint, PendingTurn
 from .client import (
     SGLANG_CONTEXT_MARGIN,
     GenerateResult,
+    RequestHandle,
     SGLangClient,
     SGLangContextLengthError,
     TokenIdsJSON,
@@ -40,6 +42,8 @@ from .client import (
 from .errors import SlimeStrandsError
 from .families import select_tool_parser
 from .model_stats import ModelStats
+from .record import Termination
+from .sampling import SGLANG_SAMPLING_KEYS, check_sampling_keys
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
 from .tool_parsers.base import ParseErrorKind
@@ -53,6 +57,7 @@ from .tool_parsers.events import (
 
 __all__ = [
     "INVALID_TOOL_NAME",
+    "SGLANG_SAMPLING_KEYS",
     "GenerationAbortedError",
     "ModelStats",
     "ResponseBudgetExhaustedError",
@@ -64,15 +69,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# sampling_params keys SGLang accepts (unknown keys are rejected by the server with a 400).
-SGLANG_SAMPLING_KEYS = frozenset(
-    {
-        "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
-        "stop_regex", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-        "frequency_penalty", "presence_penalty", "repetition_penalty", "json_schema", "regex", "ebnf", "n",
-        "sampling_seed", "custom_params", "logit_bias",
-    }
-)  # fmt: skip
 _MIN_GENERATION_ROOM = 1
 _MIN_TRUNCATED_TOOL_TOKENS = 32
 _CHARS_PER_TOKEN_BOUND = 16
@@ -111,6 +107,14 @@ class SGLangConfig(BaseModelConfig, total=False):
     fit_tool_outputs: bool
     """Shrink tool outputs that do not fit the room left in the trajectory (default), or raise
     ``ContextWindowOverflowException`` so context management can start a segment that holds them whole."""
+    reserved_tokens: int
+    """Tokens every turn leaves free at the end of the room (context window and response budget alike): its
+    new messages and its ``max_new_tokens`` stay within the rest. Context management keeps room for the
+    summary request and the summary this way (default 0)."""
+    min_turn_tokens: int
+    """Fewest tokens a turn may be left to write, after its new messages and ``reserved_tokens``: less raises
+    ``ContextWindowOverflowException`` (``ResponseBudgetExhaustedError`` for the response budget) before the
+    request, and tool outputs are shrunk to leave it (default 1)."""
 
 
 class TrajectoryError(SlimeStrandsError, RuntimeError):
@@ -126,6 +130,15 @@ class ResponseBudgetExhaustedError(SlimeStrandsError, ContextWindowOverflowExcep
 
 class GenerationAbortedError(SlimeStrandsError, RuntimeError):
     """The server aborted the request (``finish_reason.type == "abort"``)."""
+
+
+@dataclass(frozen=True)
+class TurnBudget:
+    """A turn's ``max_new_tokens`` (of a turn an abort cut: the whole turn's, its continuations included) and
+    how a turn cut at that length ends the episode: the bound that set it."""
+
+    max_new_tokens: int
+    bound: Termination
 
 
 class SGLangModel(Model):
@@ -175,6 +188,8 @@ class SGLangModel(Model):
             "abort_retries": 0,
             "abort_expected": None,
             "fit_tool_outputs": True,
+            "reserved_tokens": 0,
+            "min_turn_tokens": _MIN_GENERATION_ROOM,
         }
         self.update_config(params=dict(params if params is not None else sampling_params or {}), **config)
         self.token_manager = TokenManager()
@@ -190,9 +205,7 @@ class SGLangModel(Model):
             raise ValueError(f"unknown SGLangModel config key(s): {sorted(unknown)}")
         if "params" in model_config:
             params = dict(model_config["params"] or {})
-            bad = set(params) - SGLANG_SAMPLING_KEYS
-            if bad:
-                raise ValueError(f"not SGLang sampling params: {sorted(bad)} (SGLang rejects unknown keys)")
+            check_sampling_keys(params, "SGLangModel sampling params")
             model_config["params"] = params
         if model_config.get("context_length") is not None:
             model_config["context_window_limit"] = model_config["context_length"]
@@ -219,6 +232,8 @@ class SGLangModel(Model):
         """``token_manager.token_ids`` as request JSON, extended with it: every token is serialised once."""
         self._trajectory_json_of: TokenManager | None = None
         self.stats = ModelStats()
+        self._requests = RequestHandle()
+        """The ids of this trajectory's request in flight (every attempt), for :meth:`abort`."""
         self._messages_seen = 0
         self._last_tool_ids: list[str] = []
         self._call_errors: dict[str, ToolCallError] = {}
@@ -237,14 +252,14 @@ class SGLangModel(Model):
         closed = self.token_manager
         self.token_manager = TokenManager()
         self._messages_seen = 0
-        self._pending = None
+        self._pending = None  # a turn cut in the closed trajectory is not continued in the new one
         return closed
 
     def spawn(self) -> SGLangModel:
         """A model for a sub-agent: the same client, tokenizer, chat template settings, tool parser and config
         (sampling params, budgets, routing key, abort handling), with a trajectory and counters of its own."""
         # Not inherited: derived from context_length, and set by the sub-agent's own conversation manager.
-        own = ("context_window_limit", "fit_tool_outputs")
+        own = ("context_window_limit", "fit_tool_outputs", "reserved_tokens", "min_turn_tokens")
         config: dict[str, Any] = {k: v for k, v in self.config.items() if k not in own}
         return SGLangModel(
             tokenizer=self.tokenizer,
@@ -298,8 +313,9 @@ class SGLangModel(Model):
             starts_in_reasoning = continued.starts_in_reasoning
         elif len(tm) == 0:
             size = _content_chars(messages) + len(system_prompt or "") + len(json.dumps(tools or []))
+            room = await self._room(prompt=True)
             prompt_text, prompt_ids = await _offload(
-                size, self._render_initial, messages, system_prompt, tools
+                size, self._render_initial, messages, system_prompt, tools, room
             )
             tm.add_prompt(prompt_ids)
             starts_in_reasoning = self._renderer.opens_reasoning(prompt_text)
@@ -313,36 +329,35 @@ class SGLangModel(Model):
         delta_json = await _offload(len(delta_ids) * 4, TokenIdsJSON, delta_ids)
 
         so_far = _turn_so_far(tm) if continued is not None else []
-        max_new_tokens = await self._turn_budget(
-            len(delta_ids), spent=None if continued is None else len(so_far)
-        )
         input_len = len(tm) + len(delta_ids)
         params = dict(self.config["params"])
-        params["max_new_tokens"] = max_new_tokens
         stop_ids = list(params.get("stop_token_ids") or [])
-        params["stop_token_ids"] = stop_ids + [t for t in self._renderer.stop_token_ids if t not in stop_ids]
+        params["stop_token_ids"] = stop_ids + [t for t in self._renderer.turn_end_ids if t not in stop_ids]
 
         started = time.perf_counter()
-        if max_new_tokens < _MIN_GENERATION_ROOM:  # a continued turn whose cut left no room: it ends there
-            result = GenerateResult(output_ids=[], logprobs=[], finish_reason="length")
-        else:
-            result = await self._generate(params, delta_json, _routing_rows_held(tm))
+        result, cut = await self._send_turn(params, delta_json, len(delta_ids), continued, len(so_far))
         elapsed = time.perf_counter() - started
 
         if delta_ids:
             tm.add_observation(delta_ids)
             self._trajectory_json.extend(delta_json)
         self._record_turn(result, elapsed, new_turn=continued is None)
+        self.stats.last_cut = cut.bound if result.finish_reason == "length" else None
         self._trajectory_json.extend(result.output_ids)
         if result.finish_reason == "abort":
-            self._pending = PendingTurn(len(messages), starts_in_reasoning)
+            self._pending = PendingTurn(len(messages), starts_in_reasoning, cut.max_new_tokens, cut.bound)
             raise GenerationAbortedError(result.finish_message or "the server aborted the request")
         self._pending = None
         self._messages_seen = len(messages) + 1  # + the assistant message the agent appends for this answer
 
         output_ids = [*so_far, *result.output_ids]
         parsed = await _offload(
-            len(output_ids) * 4, self._parse_output, output_ids, starts_in_reasoning, schemas
+            len(output_ids) * 4,
+            self._parse_output,
+            output_ids,
+            starts_in_reasoning,
+            schemas,
+            _matched_stop_token(result),
         )
         plan = plan_tool_calls(
             parsed,
@@ -357,23 +372,62 @@ class SGLangModel(Model):
         for event in events:
             yield event
 
-    async def _generate(
-        self, params: dict[str, Any], delta_json: TokenIdsJSON, rows_held: int
-    ) -> GenerateResult:
-        """One request: the trajectory so far followed by this turn's new tokens."""
-        try:
-            return await self.client.generate(
-                self._trajectory_json,
-                params,
-                input_ids_tail=delta_json,
-                routing_key=self.config["routing_key"],
-                return_routed_experts=self.config["return_routed_experts"],
-                routed_experts_start_len=rows_held,
-                abort_retries=self.config["abort_retries"],
-                abort_expected=self.config["abort_expected"],
-            )
-        except SGLangContextLengthError as exc:
-            raise ContextWindowOverflowException(str(exc)) from exc
+    async def abort(self) -> None:
+        """Abort this trajectory's request in flight, every attempt of it by its exact id (SGLang matches abort
+        ids by prefix: a shared one would reach other trajectories' requests); until :meth:`reset`, no request
+        is sent and a turn ends as aborted."""
+        await self.client.abort(self._requests)
+
+    async def _send_turn(
+        self,
+        params: dict[str, Any],
+        delta_json: TokenIdsJSON,
+        delta_len: int,
+        continued: PendingTurn | None,
+        spent: int,
+    ) -> tuple[GenerateResult, TurnBudget]:
+        """Send the turn sized to the budgets; returns the answer and the turn's budget (how a ``length`` finish
+        of it ends the episode). A ``continued`` turn (an abort cut it after ``spent`` tokens) asks for the rest
+        of the budget it was sent with; none left: it ends ``length`` without a request. A context refusal that
+        names the window (the window was unknown: the server does not report it, or could not be asked)
+        teaches it to the client: the turn is clamped and sent once more; a prompt that cannot fit raises
+        ``ContextWindowOverflowException``."""
+        refusal: SGLangContextLengthError | None = None
+        while True:
+            if continued is None:
+                budget = await self._turn_budget(delta_len)
+            else:
+                budget = await self._rest_of_turn(continued, spent)
+            max_new_tokens = budget.max_new_tokens - spent
+            if max_new_tokens < _MIN_GENERATION_ROOM:  # a continued turn the cut left no room: it ends here
+                return GenerateResult(output_ids=[], logprobs=[], finish_reason="length"), budget
+            if refusal is not None and max_new_tokens == params["max_new_tokens"]:
+                # the refusal taught nothing new: the same request would be refused again
+                raise ContextWindowOverflowException(str(refusal)) from refusal
+            params["max_new_tokens"] = max_new_tokens
+            try:
+                result = await self.client.generate(
+                    self._trajectory_json,
+                    params,
+                    input_ids_tail=delta_json,
+                    routing_key=self.config["routing_key"],
+                    return_routed_experts=self.config["return_routed_experts"],
+                    routed_experts_start_len=_routing_rows_held(self.token_manager),
+                    abort_retries=self.config["abort_retries"],
+                    abort_expected=self.config["abort_expected"],
+                    handle=self._requests,
+                )
+            except SGLangContextLengthError as exc:
+                if exc.window is None or refusal is not None:
+                    raise ContextWindowOverflowException(str(exc)) from exc
+                refusal = exc
+                logger.info("SGLang refused a turn of %d tokens (%s): sending it again", max_new_tokens, exc)
+                continue
+            # cut by `length` short of what was asked: the server clamped the turn to its window, silently
+            applied = result.finish_length if result.finish_length is not None else len(result.output_ids)
+            if result.finish_reason == "length" and applied < max_new_tokens:
+                budget = TurnBudget(spent + applied, Termination.CONTEXT_FULL)
+            return result, budget
 
     # -- rendering --------------------------------------------------------------------------------
 
@@ -389,15 +443,25 @@ class SGLangModel(Model):
         return self._tools_of[1], self._tools_of[2]
 
     def _render_initial(
-        self, messages: Messages, system_prompt: str | None, tools: list[dict[str, Any]] | None
+        self,
+        messages: Messages,
+        system_prompt: str | None,
+        tools: list[dict[str, Any]] | None,
+        room: int | None,
     ) -> tuple[str, list[int]]:
         template_messages = to_template_messages(messages, tool_ids=self._template_ids)
-        # A compacted history re-rendered as a new segment's prompt: its tool outputs as they were cut before.
-        self._cut_to_limit([m for m in template_messages if m["role"] == "tool"], count=False)
+        # A compacted history re-rendered as a new segment's prompt: its tool outputs as they were cut before,
+        # and shrunk when they do not fit the new segment either.
+        tool_msgs = [m for m in template_messages if m["role"] == "tool"]
+        encoded = self._cut_to_limit(tool_msgs, count=False)
         if system_prompt:
             template_messages.insert(0, {"role": "system", "content": system_prompt})
         text = self._renderer.render(template_messages, tools=tools)
-        return text, self._renderer.encode(text)
+        ids = self._renderer.encode(text)
+        if self._shrink_to_room(tool_msgs, encoded, len(ids), room):
+            text = self._renderer.render(template_messages, tools=tools)
+            ids = self._renderer.encode(text)
+        return text, ids
 
     async def _render_new_messages(
         self, messages: Messages, system_prompt: str | None, tools: list[dict[str, Any]] | None
@@ -444,21 +508,29 @@ class SGLangModel(Model):
         text, ids = self._renderer.encode_continuation(
             template_messages, system=system_prompt, tools=tools, after=after
         )
-        fit = self.config["fit_tool_outputs"]
-        if room is not None and tool_msgs and fit and len(ids) + _MIN_GENERATION_ROOM > room:
-            # Shrink every tool output evenly so the observation still leaves room to generate.
-            for m in tool_msgs:
-                if id(m) not in encoded:
-                    encoded[id(m)] = self._renderer.encode(m["content"])
-            overflow = len(ids) + _MIN_GENERATION_ROOM - room
-            current = sum(len(encoded[id(m)]) for m in tool_msgs)
-            per_tool = (current - overflow) // len(tool_msgs)
-            if per_tool >= _MIN_TRUNCATED_TOOL_TOKENS:
-                self._cut_tool_outputs(tool_msgs, encoded, per_tool)
-                text, ids = self._renderer.encode_continuation(
-                    template_messages, system=system_prompt, tools=tools, after=after
-                )
+        if self._shrink_to_room(tool_msgs, encoded, len(ids), room):
+            text, ids = self._renderer.encode_continuation(
+                template_messages, system=system_prompt, tools=tools, after=after
+            )
         return text, ids
+
+    def _shrink_to_room(
+        self, tool_msgs: list[dict[str, Any]], encoded: dict[int, list[int]], used: int, room: int | None
+    ) -> bool:
+        """With ``fit_tool_outputs``: shrink every tool output evenly so a render of ``used`` tokens that holds
+        them leaves ``min_turn_tokens`` of ``room`` to generate; True when they were shrunk (render again)."""
+        floor = self.config["min_turn_tokens"]
+        if room is None or not tool_msgs or not self.config["fit_tool_outputs"] or used + floor <= room:
+            return False
+        for m in tool_msgs:
+            if id(m) not in encoded:
+                encoded[id(m)] = self._renderer.encode(m["content"])
+        current = sum(len(encoded[id(m)]) for m in tool_msgs)
+        per_tool = (current - (used + floor - room)) // len(tool_msgs)
+        if per_tool < _MIN_TRUNCATED_TOOL_TOKENS:
+            return False
+        self._cut_tool_outputs(tool_msgs, encoded, per_tool)
+        return True
 
     def _cut_to_limit(self, tool_msgs: list[dict[str, Any]], *, count: bool = True) -> dict[int, list[int]]:
         """Cut each tool output to ``max_tool_output_tokens`` (head + tail); returns the token ids it computed.
@@ -503,16 +575,23 @@ class SGLangModel(Model):
 
     # -- budgets ---------------------------------------------------------------------------------
 
-    async def _room(self) -> int | None:
-        """Tokens that may still be appended (observation + generation), or None when unbounded."""
+    async def _room(self, *, prompt: bool = False) -> int | None:
+        """Tokens that may still be appended (observation + generation) short of ``reserved_tokens``, or None
+        when unbounded; for a segment's ``prompt`` only the context window counts (the response budget does
+        not count prompt tokens)."""
         rooms = []
         context = await self._context_window()
         if context is not None:
             rooms.append(context - len(self.token_manager))
         budget = self.config["max_response_tokens"]
-        if budget is not None:
+        if budget is not None and not prompt:
             rooms.append(budget - self.token_manager.response_length)
-        return min(rooms) if rooms else None
+        return min(rooms) - self.config["reserved_tokens"] if rooms else None
+
+    async def context_window(self) -> int | None:
+        """Tokens a trajectory segment may hold: the configured window, and the server's less the margin
+        SGLang's scheduler keeps; None while neither is known."""
+        return await self._context_window()
 
     async def _context_window(self) -> int | None:
         """Tokens the trajectory may hold: the configured window, and the server's less the margin SGLang's
@@ -523,37 +602,52 @@ class SGLangModel(Model):
         known = [limit for limit in limits if limit is not None]
         return min(known) if known else None
 
-    async def _turn_budget(self, delta_len: int, *, spent: int | None = None) -> int:
-        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets.
-
-        ``spent``: tokens a continued turn already generated before an abort cut it (they count against its
-        cap; the rooms already hold them); its budget may be 0 (the cut left it no room), never an error."""
+    async def _turn_budget(self, delta_len: int) -> TurnBudget:
+        """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets, short
+        of ``reserved_tokens``, and how a turn cut at that length ends the episode (the bound that set it; the
+        cap on a tie)."""
         tm = self.token_manager
         cap = self.config["params"].get("max_new_tokens")
+        reserved, floor = self.config["reserved_tokens"], self.config["min_turn_tokens"]
         context = await self._context_window()
-        context_room = None if context is None else context - len(tm) - delta_len
+        context_room = None if context is None else context - len(tm) - delta_len - reserved
         budget = self.config["max_response_tokens"]
-        response_room = None if budget is None else budget - tm.response_length - delta_len
-        if spent is not None:
-            cap = None if cap is None else cap - spent
-            known = [c for c in (cap, context_room, response_room) if c is not None]
-            return max(0, int(min(known))) if known else _MIN_GENERATION_ROOM
-        if context_room is not None and context_room < _MIN_GENERATION_ROOM:
+        response_room = None if budget is None else budget - tm.response_length - delta_len - reserved
+        kept = f" ({reserved} kept free, {floor} needed to write)"
+        if (reserved, floor) == (0, _MIN_GENERATION_ROOM):
+            kept = ""
+        if context_room is not None and context_room < floor:
             raise ContextWindowOverflowException(
                 f"the context window ({context} tokens) is full: the trajectory has {len(tm)} tokens and the new "
-                f"messages {delta_len}"
+                f"messages {delta_len}{kept}"
             )
-        if response_room is not None and response_room < _MIN_GENERATION_ROOM:
+        if response_room is not None and response_room < floor:
             raise ResponseBudgetExhaustedError(
                 f"the response budget ({budget} tokens) is spent: {tm.response_length} used, the new messages "
-                f"need {delta_len}"
+                f"need {delta_len}{kept}"
             )
-        candidates = [c for c in (cap, context_room, response_room) if c is not None]
-        if not candidates:
+        bounds = [
+            (int(room), cut)
+            for room, cut in (
+                (cap, Termination.MAX_TOKENS),
+                (context_room, Termination.CONTEXT_FULL),
+                (response_room, Termination.RESPONSE_BUDGET),
+            )
+            if room is not None
+        ]
+        if not bounds:
             raise ValueError(
                 "set params['max_new_tokens'], context_length or max_response_tokens: none is known"
             )
-        return int(min(candidates))
+        return TurnBudget(*min(bounds, key=lambda bound: bound[0]))
+
+    async def _rest_of_turn(self, turn: PendingTurn, spent: int) -> TurnBudget:
+        """The budget of a turn an abort cut after ``spent`` tokens: the one it was sent with (the rooms have
+        not moved: they hold the cut turn's input and output), clamped to a window learned since."""
+        context = await self._context_window()
+        if context is not None and context - len(self.token_manager) < turn.max_new_tokens - spent:
+            return TurnBudget(spent + max(0, context - len(self.token_manager)), Termination.CONTEXT_FULL)
+        return TurnBudget(turn.max_new_tokens, turn.bound)
 
     # -- output -----------------------------------------------------------------------------------
 
@@ -577,9 +671,9 @@ class SGLangModel(Model):
         stats.last_finish_reason = result.finish_reason
 
     def _parse_output(
-        self, output_ids: Sequence[int], starts_in_reasoning: bool, schemas: ToolSchemas
+        self, output_ids: Sequence[int], starts_in_reasoning: bool, schemas: ToolSchemas, ended_on: int | None
     ) -> ParseResult:
-        text = self._renderer.decode(self._renderer.without_stop_token(output_ids))
+        text = self._renderer.decode(self._renderer.without_stop_token(output_ids, ended_on))
         return self.tool_parser.parse(text, starts_in_reasoning=starts_in_reasoning, tools=schemas)
 
     def _record_plan(self, plan: TurnPlan) -> None:
@@ -591,6 +685,12 @@ class SGLangModel(Model):
         self.stats.tool_calls_parsed += len(plan.valid)
 
     # -- partial rollout: a turn cut by an abort, and the state a checkpoint saves -------------------
+
+    @property
+    def pending_turn(self) -> PendingTurn | None:
+        """The turn an abort cut after its input was appended (its partial output too): the next call, made
+        with the messages it rendered, continues it."""
+        return self._pending
 
     def _continued_turn(self, messages: Messages) -> PendingTurn | None:
         """The pending turn this call continues (called with the messages the cut call rendered), or None."""
@@ -664,6 +764,14 @@ def _routing_rows_held(tm: TokenManager) -> int:
         ):
             return segment.end - 1
     return 0
+
+
+def _matched_stop_token(result: GenerateResult) -> int | None:
+    """The token id a ``stop`` finish reports it matched (SGLang's ``finish_reason.matched``; a stop STRING
+    is not a token): the token that ended the turn, whichever stop set it came from."""
+    finish = result.meta_info.get("finish_reason") if result.finish_reason == "stop" else None
+    matched = finish.get("matched") if isinstance(finish, dict) else None
+    return matched if isinstance(matched, int) and not isinstance(matched, bool) else None
 
 
 def _cut_chars(text: str, limit: int) -> str:

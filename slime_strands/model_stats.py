@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .record import Termination
+
 __all__ = ["ModelStats"]
 
 
@@ -23,3 +25,7 @@ class ModelStats:
     overhead_s: float = 0.0
     """Client-side time of the turns (rendering, tokenizing, decoding, parsing), request time excluded."""
     last_finish_reason: str | None = None
+    last_cut: Termination | None = None
+    """How the last turn ends the episode when it finished with ``length``: ``MAX_TOKENS`` (it hit the
+    per-turn ``max_new_tokens``), ``CONTEXT_FULL`` (the context window clamped it: here, or silently on the
+    server) or ``RESPONSE_BUDGET`` (the whole-trajectory budget clamped it); None after other finishes."""

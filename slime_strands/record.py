@@ -52,9 +52,11 @@ class Termination(enum.Enum):
 
     END_TURN = "end_turn"  # the model answered without calling a tool
     TOOL_LIMIT = "tool_limit"  # max_tool_iters / max_tool_calls stopped it before running more tools
-    MAX_TOKENS = "max_tokens"  # a turn finished with `length` (its max_new_tokens, clamped to the budgets)
-    RESPONSE_BUDGET = "response_budget"  # the whole-trajectory response budget left no room for a turn
-    CONTEXT_FULL = "context_full"  # the context window left no room (ours, or SGLang's 400)
+    MAX_TOKENS = "max_tokens"  # a turn finished with `length` at its per-turn max_new_tokens
+    RESPONSE_BUDGET = "response_budget"  # the whole-trajectory response budget left no room for a turn, or
+    # cut a turn short (`length` at the tokens the budget left)
+    CONTEXT_FULL = "context_full"  # the context window left no room (ours, or SGLang's 400), or cut a turn
+    # short (`length` at the room the window left, or the server's silent clamp to its window)
     ABORTED = "abort"  # slime aborted the rollout (GenerateState.aborted): no reward, slime skips it
     FAILED = "failure"  # infrastructure failure: nothing to learn from
 

@@ -233,7 +233,7 @@ def capture(
     messages = list(agent.messages)[:cut]
     state = model.checkpoint_state()
     pending_compaction = None if compactor is None else compactor.compacting
-    problem = _inconsistency(model, state.pending, len(messages), pending_compaction)
+    problem = _inconsistency(model, state.pending, messages, pending_compaction)
     if problem is None:
         try:
             for message in messages:
@@ -255,24 +255,26 @@ def capture(
         model=state,
         tools=dataclasses.replace(counters, tool_time_s=guard.counters().tool_time_s),
         subagents=tuple(copy.deepcopy(s) for s in segments.subagent_stats),
-        compaction_broken=compactor is not None and compactor.broken,
         compaction_pending=pending_compaction,
         continuations=continuations,
         turns_saved=turns_saved,
     )
 
 
-def _inconsistency(model: SGLangModel, pending: Any, messages: int, compacting: bool | None) -> str | None:
+def _inconsistency(
+    model: SGLangModel, pending: Any, messages: list[Any], compacting: bool | None
+) -> str | None:
     """Why the model's trajectory and the kept messages do not describe one continuable state, or None."""
     last = model.token_manager.last_segment
     if compacting is not None:
-        # the summary request follows the messages it summarises: all, or (the turn after them overflowed)
-        # those up to the last answer
-        if pending is None or pending.messages > messages + 1:
+        # the summary request follows the messages it summarises: all, or those up to the last answer (the
+        # turn after them overflowed, or the summary's room is before the newest results)
+        answered = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1) + 1
+        if pending is None or pending.messages not in (len(messages) + 1, answered + 1):
             return "a compaction was cut outside its summary turn"
     elif pending is not None:
-        if pending.messages != messages:
-            return f"the cut turn rendered {pending.messages} messages, {messages} are kept"
+        if pending.messages != len(messages):
+            return f"the cut turn rendered {pending.messages} messages, {len(messages)} are kept"
     elif last is not None and last.kind != "generated":
         return "the trajectory ends on tokens no turn answered"
     return None
@@ -305,4 +307,4 @@ def restore(
     tool_time.seconds = checkpoint.tools.tool_time_s
     segments.restore(closed, checkpoint.opened_by, checkpoint.subagents, open_trajectory=trajectory)
     if compactor is not None:
-        compactor.restore(broken=checkpoint.compaction_broken, pending=checkpoint.compaction_pending)
+        compactor.restore(pending=checkpoint.compaction_pending)

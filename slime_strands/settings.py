@@ -10,6 +10,7 @@ onto ``args``. This plugin reads ONE key, ``strands``, so its settings never col
       reward: {tool_shaping: true}
       context_management: summarize
       compaction: {trigger_share: 0.8}
+      sampling_params: {top_k: 20, stop: ["</answer>"], regex: "..."}
 
 Unknown keys raise ``SettingsError`` naming the key (a typo must not silently fall back to a default).
 """
@@ -30,6 +31,7 @@ import yaml
 from .errors import ConfigurationError
 from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION
 from .record import COMPACTION_STRATEGIES
+from .sampling import SamplingParamError, SamplingParams
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
@@ -167,13 +169,18 @@ class CompactionSettings:
     ``response_budget``). It bounds the episode at ``max_compactions + 1`` samples."""
     window_size: int = 8
     """``sliding_window``: the most recent messages kept after the task (moved back to keep a tool call with
-    its result)."""
+    its result). ``summarize`` keeps as many when a summary cannot be used (see ``summary_max_tokens``)."""
     summary_prompt: str = DEFAULT_SUMMARY_PROMPT
     """``summarize``: the user message asking the policy for the summary, appended to the segment being
     closed (the summary is a trained turn of that segment)."""
     summary_ratio: float = 1.0
     """``summarize``: share of the messages after the task that the summary replaces, oldest first (moved
     forward so a tool result keeps its call); the rest stays verbatim after the summary."""
+    summary_max_tokens: int | None = None
+    """``summarize``: the summary's ``max_new_tokens``, and the room every segment keeps free for it (with the
+    summary request) so a summary always fits. None: 1024, or a sixteenth of the context window or of the
+    response budget when that is smaller. A summary is asked only where all of it fits, and a summary cut at
+    this length is never used: the compaction then keeps the newest ``window_size`` messages instead."""
 
     def __post_init__(self) -> None:
         if not 0 < self.trigger_share <= 1:
@@ -186,13 +193,17 @@ class CompactionSettings:
             raise SettingsError(f"compaction.window_size must be >= 1, got {self.window_size!r}")
         if not self.summary_prompt.strip():
             raise SettingsError("compaction.summary_prompt must not be empty")
+        if self.summary_max_tokens is not None and self.summary_max_tokens < 1:
+            raise SettingsError(
+                f"compaction.summary_max_tokens must be >= 1 or null, got {self.summary_max_tokens!r}"
+            )
 
 
 # The compaction knobs that only one strategy reads.
 _STRATEGY_KNOBS = {
-    "window_size": "sliding_window",
     "summary_prompt": "summarize",
     "summary_ratio": "summarize",
+    "summary_max_tokens": "summarize",
 }
 
 
@@ -251,6 +262,12 @@ class PluginSettings:
     """slime's ``--partial-rollout``: an episode the abort stopped continues where it stopped when slime hands
     its sample back (its conversation, token trajectory, the turn it was generating and its counters are
     kept on the sample); false starts it again from the prompt."""
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    """SGLang sampling params sent with every turn (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``,
+    ``top_k``, ``min_p``, ``stop``, ``logit_bias``, ...; keys SGLang does not accept are refused, naming the
+    key). They win over slime's (``slime_strands.sampling`` says how they merge): ``max_new_tokens`` here caps
+    each turn (slime's stays the whole trajectory's budget), and in training ``temperature`` / ``top_p`` must
+    equal slime's ``--rollout-temperature`` / ``--rollout-top-p`` (its trainer uses them)."""
     gc_young_threshold: int | None = 100_000
     """Allocations between two young garbage collections (Python's generation-0 threshold, 700 by default):
     raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands
@@ -355,6 +372,11 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
 
 def _coerce(hint: Any, value: Any, where: str) -> Any:
     """Check ``value`` against a field's type hint, converting lists to tuples and ints to floats."""
+    if hint is SamplingParams:
+        try:
+            return value if isinstance(value, SamplingParams) else SamplingParams(value, where=where)
+        except SamplingParamError as exc:
+            raise SettingsError(str(exc)) from None
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, {} if value is None else value, prefix=where + ".")
     origin = typing.get_origin(hint)

@@ -127,6 +127,8 @@ class Turn:
     calls: Sequence[Call | Bad] = ()
     reasoning: str | None = None
     reasoning_calls: Sequence[Call] = ()
+    stop: str | None = None
+    """The token the model ends the turn on (None: the family's usual one, see :meth:`Family.stop`)."""
 
     @property
     def valid_calls(self) -> list[Call]:
@@ -155,6 +157,12 @@ class Family:
     """The stop token the model writes after a turn with calls."""
     answer_stop: str = "<|im_end|>"
     """The stop token the model writes after an answer."""
+    generation_eos: tuple[str, ...] = ()
+    """The ``eos_token_id`` list of the vendor checkpoint's ``generation_config.json`` (as token texts): written
+    into a folder the test tokenizer's ``name_or_path`` points at, as a real checkpoint folder has it."""
+    closed_in_template_by: dict[str, str] = field(default_factory=dict)
+    """Stop tokens the model writes where the template writes another (Llama 3: ``<|eom_id|>`` after a tool
+    call, where the template renders ``<|eot_id|>``)."""
     prompt_opens_reasoning: bool = False
     parallel_in_template: bool = True
     extra_bad: dict[str, Bad] = field(default_factory=dict)
@@ -243,7 +251,7 @@ class Family:
         return think + "\n".join(p for p in (turn.content, bad, calls) if p)
 
     def stop(self, turn: Turn) -> str:
-        return self.call_stop if turn.calls else self.answer_stop
+        return turn.stop or (self.call_stop if turn.calls else self.answer_stop)
 
     # -- malformed calls --------------------------------------------------------------------------
 
@@ -283,8 +291,8 @@ class Family:
 
 
 def _coder_value(value: Any) -> str:
-    if isinstance(value, (dict, list)):
-        return _json(value)
+    """Qwen3-Coder's template writes a non-string value with Jinja's ``string`` filter: Python's ``str()``
+    (``{'k': 'é'}``, ``[1, 'two']``, ``True``, ``None``), so that is what its model writes back."""
     return str(value)
 
 
@@ -384,9 +392,21 @@ _BAD: dict[str, dict[str, Bad]] = {
     },
 }
 
+# generation_config.json eos ids of the vendors' checkpoints (Qwen/Qwen3-8B, Qwen/Qwen3-Coder-30B-A3B-Instruct;
+# zai-org/GLM-4.5, GLM-4.6, GLM-4.7: 151329, 151336, 151338 in GLM's own vocabulary), as token texts.
+QWEN_EOS = ("<|im_end|>", "<|endoftext|>")
+GLM_EOS = ("<|endoftext|>", "<|user|>", "<|observation|>")
+
 FAMILIES: dict[str, Family] = {
-    "hermes": Family("hermes", "qwen3", None, call_reasoning="I should add.", answer_reasoning=""),
-    "qwen3_coder": Family("qwen3_coder", "qwen3", "qwen3_coder.jinja"),
+    "hermes": Family(
+        "hermes",
+        "qwen3",
+        None,
+        generation_eos=QWEN_EOS,
+        call_reasoning="I should add.",
+        answer_reasoning="",
+    ),
+    "qwen3_coder": Family("qwen3_coder", "qwen3", "qwen3_coder.jinja", generation_eos=QWEN_EOS),
     "glm45": Family(
         "glm45",
         "qwen3",
@@ -395,6 +415,7 @@ FAMILIES: dict[str, Family] = {
         eos="<|endoftext|>",
         call_stop="<|observation|>",
         answer_stop="<|user|>",
+        generation_eos=GLM_EOS,
         call_reasoning="I should add.",
     ),
     "glm47": Family(
@@ -405,6 +426,7 @@ FAMILIES: dict[str, Family] = {
         eos="<|endoftext|>",
         call_stop="<|observation|>",
         answer_stop="<|user|>",
+        generation_eos=GLM_EOS,
         prompt_opens_reasoning=True,
         call_reasoning="I should add.",
         answer_reasoning="Got it.",
@@ -415,6 +437,7 @@ FAMILIES: dict[str, Family] = {
         "kimi_k2.jinja",
         added=KIMI_TOKENS,
         eos="<|im_end|>",
+        generation_eos=("<|im_end|>",),
         call_reasoning="I should add.",
         answer_reasoning="",
     ),
@@ -424,13 +447,17 @@ FAMILIES: dict[str, Family] = {
         "deepseek_v31.jinja",
         call_stop="<｜end▁of▁sentence｜>",
         answer_stop="<｜end▁of▁sentence｜>",
+        generation_eos=("<｜end▁of▁sentence｜>",),
     ),
     "llama3": Family(
         "llama3",
         "llama32",
         "llama32.jinja",
-        call_stop="<|eot_id|>",
+        # With tools the template writes "Environment: ipython": Llama 3 then ends a tool call with <|eom_id|>.
+        call_stop="<|eom_id|>",
         answer_stop="<|eot_id|>",
+        generation_eos=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
+        closed_in_template_by={"<|eom_id|>": "<|eot_id|>"},
         parallel_in_template=False,
     ),
 }
@@ -454,7 +481,30 @@ def family_tokenizer(name: str) -> Any:
         tokenizer.eos_token = family.eos
     if family.template:
         tokenizer.chat_template = (TEMPLATES / family.template).read_text()
+    if family.generation_eos:
+        tokenizer.name_or_path = _checkpoint_folder(name, tokenizer, family.generation_eos)
     return tokenizer
+
+
+def _checkpoint_folder(name: str, tokenizer: Any, eos: Sequence[str]) -> str:
+    """A folder holding the checkpoint's ``generation_config.json`` (removed when the session ends)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix=f"slime-strands-{name}-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    ids = [tokenizer.convert_tokens_to_ids(token) for token in eos]
+    Path(folder, "generation_config.json").write_text(json.dumps({"eos_token_id": ids}))
+    return folder
+
+
+def end_tokens(family: Family, tokenizer: Any) -> list[str]:
+    """Every token the family's model may end a turn on: its stop tokens, then its end-of-sequence ones (the
+    tokenizer's eos, the checkpoint's generation_config.json ids and Llama 3's <|eom_id|>)."""
+    eom = ["<|eom_id|>"] if "<|eom_id|>" in tokenizer.get_added_vocab() else []
+    eos = [tokenizer.eos_token, *family.generation_eos, *eom]
+    return list(dict.fromkeys([*stop_tokens(family), *eos]))
 
 
 def stop_tokens(family: Family) -> list[str]:

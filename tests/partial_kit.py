@@ -79,6 +79,8 @@ class ContinuingPolicy:
     ``hold(key, turn, mode)``: the turn's first request waits for an abort (``running``: it then answers half
     of the turn, as a server cut mid-generation; ``queued``: nothing, as one still in the waiting queue);
     ``then_abort``: it is answered in full and ``on_hold()`` is called (slime's flag set just as it ends).
+    ``parked(key)`` says when the key's request is held or waits at its gate: the moment to abort (every
+    request the server knows is in its ``in_flight``, the ones about to be answered at once too).
     """
 
     def __init__(self, server: SGLangTestServer, tokenizer: Any, *, summary_mark: str | None = None) -> None:
@@ -94,6 +96,7 @@ class ContinuingPolicy:
         """Seconds a whole turn takes to generate (the rest of a cut turn: its share); an abort ends it."""
         self.weight_version: str | None = None
         self._progress: dict[str | None, _Progress] = {}
+        self._parked: set[str | None] = set()
         self.summary_turns: dict[str | None, list[int]] = {}
         """Per key, the numbers of the turns answered with a summary."""
         self.servers = [server]
@@ -120,8 +123,13 @@ class ContinuingPolicy:
     def turns_done(self, key: str | None) -> int:
         return self._progress[key].turn
 
+    def parked(self, key: str | None) -> bool:
+        """Whether the key's request in flight is held (``running`` / ``queued``) or waits at its gate."""
+        return key in self._parked and self._progress[key].last_rid in self.server.in_flight
+
     def __call__(self, body: dict[str, Any], headers: dict[str, str]) -> Turn:
         key = headers.get("x-smg-routing-key")
+        self._parked.discard(key)
         progress = self._progress[key]
         input_ids = body["input_ids"]
         rid = progress.last_rid or ""
@@ -143,8 +151,12 @@ class ContinuingPolicy:
         lps = [logprob(start + i, t) for i, t in enumerate(rest)]
         gate = self.gates.pop((key, progress.turn), None)
         if gate is not None:
+            self._parked.add(key)
             gate.wait(HOLD_S)
+            self._parked.discard(key)
         mode = self.holds.pop((key, progress.turn), None)
+        if mode in ("running", "queued"):
+            self._parked.add(key)  # the server holds the answer from here until an abort
         if mode == "then_abort":
             self.on_hold()
         elif mode == "queued":

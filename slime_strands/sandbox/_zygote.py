@@ -10,9 +10,18 @@ read (head + tail only), the temp dir and the uid's files in shared dirs removed
 closed in every child: a run cannot forge another run's result, and with its own uid it cannot signal
 the zygote or other runs.
 
+A run is the program of a freshly started interpreter, not a piece of the zygote: it starts with Python's
+own signal state (the zygote's handlers would reach every process the run forks: a pool worker that
+caught its pool's SIGTERM while starting lost it and hung the pool), runs as its own ``__main__`` module
+(pickle finds its functions there; the processes multiprocessing's spawn and forkserver start import its
+program file), and ends as Python ends a program: non-daemon threads joined, then the atexit functions
+(which finish pools left open). The zygote itself stays single-threaded: a fork copies only the forking
+thread, and a lock another thread held would stay locked in every run.
+
 Only the standard library may be used here: this file is executed, not imported, in the sandbox.
 """
 
+import atexit
 import contextlib
 import ctypes
 import gc
@@ -28,6 +37,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
@@ -43,6 +53,35 @@ _KEY_SPEC_USER_KEYRING, _KEY_SPEC_USER_SESSION_KEYRING = -4, -5
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
 _MS_NOATIME, _MS_NODIRATIME, _MS_BIND, _MS_REC, _MS_RELATIME = 1024, 2048, 4096, 16384, 1 << 21
 _IPC_RMID = 0
+# A run's directory holds its program (what spawn / forkserver children import) and its working directory.
+_PROGRAM_FILE, _WORK_DIR = "main.py", "work"
+# The run's program as the processes multiprocessing's spawn and forkserver start import it (named
+# __mp_main__, for the functions and classes their tasks name). As for a script, ``if __name__ ==
+# "__main__":`` keeps what only the run should do from running there again; a program without that guard
+# starts its pool there too, which multiprocessing refuses: the error ends that import (not the process,
+# which CPython would end, and a Pool would replace forever) and what the program defined so far is kept.
+_IMPORTED_PROGRAM = """\
+__slime_strands_source__ = {source!r}
+__import__("linecache").cache["<code>"] = (
+    len(__slime_strands_source__), None, __slime_strands_source__.splitlines(True), "<code>"
+)
+try:
+    exec(compile(__slime_strands_source__, "<code>", "exec"))
+except BaseException:
+    pass
+del __slime_strands_source__
+"""
+# (signal, handler) as a freshly started interpreter has them: Python's own three, every other signal
+# (but SIGKILL and SIGSTOP, which cannot be caught) at its default action.
+_PYTHON_SIGNALS = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGPIPE: signal.SIG_IGN,
+    signal.SIGXFSZ: signal.SIG_IGN,
+}
+_RUN_SIGNALS = [
+    (int(number), _PYTHON_SIGNALS.get(number, signal.SIG_DFL))
+    for number in sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
+]
 # Shared, writable places a run could leave state in for the next one: what its uid owns there is removed.
 _SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 # System V IPC objects outlive their creator: (listing, owner uid columns, remover) removed per run uid.
@@ -408,9 +447,11 @@ class Zygote:
         self.counter += 1
         uid = self.uids.pop() if self.use_uids else None
         run_dir = os.path.join(self.base, f"run-{self.counter}")
-        os.mkdir(run_dir, 0o700)
+        os.mkdir(run_dir, 0o700)  # the run's program file and its working directory (empty)
+        os.mkdir(os.path.join(run_dir, _WORK_DIR), 0o700)
         if uid is not None:
             os.chown(run_dir, uid, uid)
+            os.chown(os.path.join(run_dir, _WORK_DIR), uid, uid)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         sys.stderr.flush()
@@ -532,31 +573,19 @@ class Zygote:
     def _child(self, request, run_dir, uid, out, err):
         code = 1
         try:
+            _reset_signals()  # first: the zygote's SIGTERM handler must never run in the run
             # Drop the zygote's references to other runs (their code and captured output) so this run
             # cannot reach them through Python objects.
             self.runs.clear()
             self.captures.clear()
             self.waiting.clear()
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.setsid()
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(out, 1)
             os.dup2(err, 2)
             os.closerange(3, 65536)  # the control pipe and everything else of the zygote's
-            mb, cpu = 1 << 20, int(request["cpu_seconds"])
-            # CPU: SIGXCPU at the limit (reported as such), SIGKILL a second later if the code catches it.
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-            for name, value in (
-                ("RLIMIT_AS", int(request["memory_mb"]) * mb),
-                ("RLIMIT_FSIZE", int(request["file_size_mb"]) * mb),
-                ("RLIMIT_NPROC", int(request["max_processes"])),
-                ("RLIMIT_CORE", 0),
-                ("RLIMIT_MSGQUEUE", 0),  # POSIX message queues would outlive the run
-                ("RLIMIT_NOFILE", 1024),  # open files cost kernel memory no other limit counts
-            ):
-                resource.setrlimit(getattr(resource, name), (value, value))
+            _limit(request)
             if uid is not None:
                 os.setgroups([])
                 os.setgid(uid)
@@ -566,30 +595,112 @@ class Zygote:
             _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
             _prctl(_PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries (mount, passwd, su...) run without privileges
             _keyctl(_KEYCTL_JOIN_SESSION_KEYRING, 0)  # not the interpreter's, which every run would share
-            os.chdir(run_dir)
-            os.environ["HOME"] = os.environ["TMPDIR"] = run_dir
-            sys.stdin = open(0, closefd=False)  # noqa: SIM115
-            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+            work = os.path.join(run_dir, _WORK_DIR)
+            os.chdir(work)
+            os.environ["HOME"] = os.environ["TMPDIR"] = work
+            _open_standard_streams()
             sys.argv = ["<code>"]
-            source = request["code"]
-            linecache.cache["<code>"] = (len(source), None, source.splitlines(True), "<code>")  # tracebacks
-            namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-            try:
-                exec(compile(source, "<code>", "exec"), namespace)
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-                if exc.code is not None and not isinstance(exc.code, int):
-                    print(exc.code, file=sys.stderr)
-            except BaseException as exc:  # without this file's frame; the last 50 of a deep recursion
-                traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next, limit=-50)
-                code = 137 if isinstance(exc, MemoryError) else 1
+            _reset_module_state(work)
+            code = _run_as_main(request["code"], os.path.join(run_dir, _PROGRAM_FILE))
+            _end_like_python()
         finally:
             with contextlib.suppress(BaseException):
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(code)
+
+
+def _limit(request):
+    """The run's rlimits (inherited by every process it starts)."""
+    mb, cpu = 1 << 20, int(request["cpu_seconds"])
+    # CPU: SIGXCPU at the limit (reported as such), SIGKILL a second later if the code catches it.
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    for name, value in (
+        ("RLIMIT_AS", int(request["memory_mb"]) * mb),
+        ("RLIMIT_FSIZE", int(request["file_size_mb"]) * mb),
+        ("RLIMIT_NPROC", int(request["max_processes"])),
+        ("RLIMIT_CORE", 0),
+        ("RLIMIT_MSGQUEUE", 0),  # POSIX message queues would outlive the run
+        ("RLIMIT_NOFILE", 1024),  # open files cost kernel memory no other limit counts
+    ):
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def _reset_signals():
+    """The signal state a freshly started interpreter has: every signal at its default action but the
+    three Python sets, nothing blocked, no wakeup fd. The zygote's handlers must reach neither the run nor
+    what it forks: a pool worker whose inherited SIGTERM handler caught ``terminate()``'s SIGTERM while
+    it was still starting lost it (Python discards what its handlers caught before the child's fork
+    bookkeeping ends, and only prints an exception raised in an at-fork hook), and the pool joined that
+    worker forever. Nor the dispositions and the mask the zygote got from whatever started it."""
+    signal.set_wakeup_fd(-1)
+    for number, handler in _RUN_SIGNALS:  # each: Python may not know a disposition C code set
+        with contextlib.suppress(OSError):
+            signal.signal(number, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def _open_standard_streams():
+    """The run's own ``sys.stdin`` / ``stdout`` / ``stderr`` on fds 0-2, which ``sys.__stdin__`` & co. are
+    too (as in a freshly started interpreter): the zygote's would keep what the run writes to them in
+    buffers no one flushes."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        stream = open(fd, "w" if fd else "r", closefd=False)  # noqa: SIM115
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _reset_module_state(work):
+    """What preloaded modules computed for the zygote and would hand every run alike."""
+    tempfile.tempdir = None  # cached from the zygote's environment; the run's TMPDIR is its own directory
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:  # its own key for Manager / Listener authentication, its own start directory
+        process.current_process().authkey = os.urandom(32)
+        process.ORIGINAL_DIR = work
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:  # the global generator, seeded once in the zygote: the same in every run
+        numpy_random.seed()
+
+
+def _run_as_main(source, program_file):
+    """Execute ``source`` as a program's ``__main__`` module (a module of its own, not the zygote's) and
+    return the exit code. Pickle finds the program's functions and classes there by name (pool tasks);
+    the processes multiprocessing's ``spawn`` and ``forkserver`` start import ``__file__`` to find them
+    too. Tracebacks name the code ``<code>`` and show its lines."""
+    module = types.ModuleType("__main__")
+    module.__builtins__ = __builtins__
+    try:
+        with open(program_file, "x", encoding="utf-8") as program:
+            program.write(_IMPORTED_PROGRAM.format(source=source))
+        module.__file__ = program_file
+    except (OSError, ValueError):  # no room, or text UTF-8 cannot encode: only spawn children miss it
+        pass
+    sys.modules["__main__"] = module
+    linecache.cache["<code>"] = (len(source), None, source.splitlines(True), "<code>")
+    try:
+        exec(compile(source, "<code>", "exec"), module.__dict__)
+        return 0
+    except SystemExit as exc:
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:  # without this file's frame; the last 50 of a deep recursion
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next, limit=-50)
+        return 137 if isinstance(exc, MemoryError) else 1
+
+
+def _end_like_python():
+    """What the interpreter does when a program ends, before the process exits: wait for the threads that
+    are not daemons (threading's exit hooks first: concurrent.futures finishes its pools' work there),
+    then call the atexit functions (multiprocessing terminates the pools left open and joins its
+    children there). Errors are printed and ignored, as the interpreter does."""
+    shutdown = getattr(sys.modules.get("threading"), "_shutdown", None)  # no threading: none to wait for
+    if shutdown is not None:
+        try:
+            shutdown()
+        except BaseException:
+            traceback.print_exc()
+    atexit._run_exitfuncs()
 
 
 def _read_line(fd):

@@ -1,19 +1,32 @@
 """A local server speaking SGLang's native HTTP protocol, for tests and offline development.
 
-Real HTTP on 127.0.0.1 (a free port), answers scripted with a REAL tokenizer: ``output_ids`` include the
-end-of-turn token on ``stop`` finishes, logprobs come as ``[logprob, token_id, null]``, and requests can be
-aborted or met with injected faults (error statuses, dropped connections, slow answers). Every request body
-and header, and everything answered, is recorded for assertions.
+Real HTTP on 127.0.0.1 (a free port), answers scripted with a REAL tokenizer, and every request body and header,
+and everything answered, recorded for assertions. Faults can be injected (error statuses, dropped connections,
+slow answers).
 
-It answers the way SGLang 0.5.23 does, from facts read in SGLang's source (never from the plugin, whose
-mistakes it must catch): unknown sampling params get the API contract's 400 text; the tokenizer manager's
-context checks, then the scheduler's (inputs of ``min(context - 1, kv_capacity - 1) - 5`` tokens or more are
-refused: "Input length (N tokens) exceeds the maximum allowed length (M tokens)") and its silent clamp of
-``max_new_tokens``; the window only in ``/v1/models`` (``/server_info`` says ``context_length: null`` unless
-started with ``--context-length``); MoE routing rows from ``routed_experts_start_len`` on, as base64 int32
-(only when started with routed experts, like ``--enable-return-routed-experts``; the start is not echoed
-unless asked, as in 0.5.23); slime's top-p patch (``custom_params.return_top_p_token_ids`` -> ragged
-``top_p_token_ids`` / ``top_p_token_offsets`` in ``meta_info``, base64 int32); speculative-decoding stats.
+It answers the way SGLang 0.5.23 does, from facts read in SGLang's source and in the real server's recorded
+answers (``docs/sglang-0.5.23-answers``), never from this package's client, whose mistakes it must catch:
+
+- the checks and their texts (:mod:`slime_strands.testing.sglang_checks`): the API contract's 400 for an unknown
+  or mistyped sampling key (SGLang's own key list, not production's); the context checks, then the scheduler's
+  (inputs of ``min(context - 1, kv_capacity - 1) - 5`` tokens or more are refused) and its silent clamp of
+  ``max_new_tokens``; "Duplicate request ID detected" for a rid still being answered;
+- the scripted tokens run through SGLang's stop rules: the request's stop strings and ``stop_token_ids`` AND the
+  model's end ids (its ``generation_config``: e.g. Qwen3's ``<|endoftext|>`` as well as ``<|im_end|>``) end the
+  output, stop token included, whatever the client asked; ``ignore_eos`` turns the token stops off;
+- a waiting queue in front of a token pool, aborts matched by rid PREFIX, a client that hangs up aborted the same
+  way (:mod:`slime_strands.testing.scheduler`); "Aborted" with the partial output and its logprobs for a running
+  request, "Abort in waiting queue" with a sparse ``meta_info`` for a waiting one;
+- the ``meta_info`` keys of the real answers (``weight_versions`` spans, ``cached_tokens`` and its details, ...);
+  the window only in ``/v1/models`` (``/server_info`` says ``context_length: null`` unless started with
+  ``--context-length``); MoE routing rows from ``routed_experts_start_len`` on, as base64 int32 (only when
+  started with routed experts; the start is not echoed unless asked, as in 0.5.23); slime's top-p patch
+  (``custom_params.return_top_p_token_ids`` -> ragged ``top_p_token_ids`` / ``top_p_token_offsets``);
+  speculative-decoding stats.
+
+Where the real server would do something a script cannot say (write on past a scripted stop token that does not
+stop the request, crash on an input id outside the vocabulary), the stand-in does not answer kindly: it records a
+failure and :meth:`SGLangTestServer.stop` raises :class:`SGLangTestServerError`, failing the test.
 
     with SGLangTestServer(tokenizer) as server:
         server.script(Turn("<tool_call>...</tool_call>"), Turn("Answer: 42"))
@@ -26,38 +39,52 @@ import base64
 import collections
 import contextlib
 import json
+import re
 import socket
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Fault", "RecordedRequest", "SGLangTestServer", "Turn"]
+from slime_strands.testing.scheduler import Phase, Scheduler, Ticket
+from slime_strands.testing.sglang_checks import (
+    context_error,
+    contract_error,
+    request_error,
+    sampling_value_error,
+)
 
-# SGLang 0.5.23's API contract (sglang/api/v1/api_types.py, _FIELDS_SamplingParams), in its order: the
-# fields named in its "unknown field" 400.
-_SGLANG_SAMPLING_FIELDS = (
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
-    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
-    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-    "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width", "watermark",
-    "choice",
-)  # fmt: skip
+__all__ = ["Fault", "RecordedRequest", "SGLangTestServer", "SGLangTestServerError", "Turn"]
+
 _DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default when the request does not say
 _NUM_EXPERTS = 128  # routed expert ids are in [0, _NUM_EXPERTS)
+_SGLANG_DISCONNECT_CHECK_S = 4.0  # SGLANG_REQUEST_STATE_WAIT_TIMEOUT's default
+
+
+class SGLangTestServerError(AssertionError):
+    """The run met something the real server would not answer as scripted (see the message): the test fails."""
 
 
 @dataclass
 class Turn:
-    """One scripted answer.
+    """One scripted answer: what the model writes when the request runs.
 
-    ``text`` is encoded with the server's tokenizer (or give ``token_ids``). ``finish="stop"`` appends the
-    end-of-turn token; ``"length"`` returns the tokens without it; ``"abort"`` returns them as the partial
-    output of an aborted request. ``max_new_tokens`` from the request is always enforced (a longer answer
-    is cut and finishes with ``length``). ``delay_s`` holds the answer back (an abort ends the wait).
+    ``text`` is encoded with the server's tokenizer (or give ``token_ids``); the tokens run through SGLang's stop
+    rules, so a stop string, a request stop token or one of the model's end ids among them ends the output there.
+
+    ``finish="stop"``: the model writes the end-of-turn token (or ``stop_token_id``) after them; it must stop the
+    request (be one of its ``stop_token_ids`` or the model's end ids, without ``ignore_eos``), else the real model
+    would write on and the turn is a script error. ``"length"``: the model writes on; the request's
+    ``max_new_tokens`` must cut the tokens (fewer tokens is a script error). ``"abort"``: the server aborts the
+    request on its own after the tokens (e.g. a worker restarting). ``max_new_tokens`` is always enforced (a longer
+    answer is cut and finishes with ``length``).
+
+    ``delay_s`` holds the answer back, paused after ``pause_at`` tokens (default: half of them): an abort in the
+    pause answers the tokens written so far, finishing ``abort`` / "Aborted".
     """
 
     text: str | None = None
@@ -68,8 +95,9 @@ class Turn:
     weight_version: str | None = None
     stop_token_id: int | None = None
     """Token that ends a ``stop`` finish (default: the end-of-turn token), e.g. ``<|endoftext|>``."""
-    abort_message: str = "Abort in running"
+    abort_message: str = "Aborted"
     """``finish_reason.message`` of an ``abort`` answer."""
+    pause_at: int | None = None
 
 
 @dataclass
@@ -92,6 +120,14 @@ class RecordedRequest:
     time: float
 
 
+@dataclass(frozen=True)
+class _Generation:
+    """What one running request writes: its output ids and ``finish_reason``."""
+
+    ids: list[int]
+    finish: dict[str, Any]
+
+
 class SGLangTestServer:
     """An SGLang-protocol server scripted turn by turn; see the module docstring."""
 
@@ -105,52 +141,95 @@ class SGLangTestServer:
         model_path: str = "Qwen/Qwen3-8B",
         weight_version: str = "0",
         end_of_turn: str | Sequence[str] = "<|im_end|>",
+        eos_tokens: Sequence[str] | None = None,
+        vocab_size: int | None = None,
+        disconnect_check_s: float = _SGLANG_DISCONNECT_CHECK_S,
         routed_experts: tuple[int, int] | None = None,
         echo_routed_experts_start_len: bool = False,
         top_p_patch: bool = True,
         speculative_draft_tokens: int | None = None,
+        unavailable_s: float = 0.0,
+        report_window: bool = True,
     ) -> None:
-        """``kv_capacity``: tokens the KV pool holds (default: the context); ``context_length_flag``: as if
-        started with ``--context-length`` (``/server_info`` reports it); ``routed_experts``:
-        ``(layers, topk)`` as if started with ``--enable-return-routed-experts`` (None: the key is silently
-        absent); ``top_p_patch``: slime's SGLang patch returning top-p token ids; ``speculative_draft_tokens``:
-        as if started with EAGLE speculative decoding (spec stats in ``meta_info``)."""
+        """``kv_capacity``: SGLang's ``--max-total-tokens``, the token pool: it bounds a request (``max_req_len``)
+        and running requests hold ``input + max_new_tokens`` of it while others wait in the queue (default: no
+        pool, the context bounds a request); ``context_length_flag``: as if started with ``--context-length``
+        (``/server_info`` reports it); ``end_of_turn``: the token(s) a ``stop`` Turn ends with; ``eos_tokens``: the
+        model's ``generation_config`` end tokens, which always stop (default: ``end_of_turn`` and the tokenizer's
+        eos; Qwen3: ``("<|im_end|>", "<|endoftext|>")``); ``vocab_size``: the model's embedding rows (default: the
+        tokenizer's length), an input id outside it crashes the server; ``disconnect_check_s``: how often a
+        waiting request's client is checked for a hang-up; ``routed_experts``: ``(layers, topk)`` as if started
+        with ``--enable-return-routed-experts`` (None: the key is silently absent); ``top_p_patch``: slime's
+        SGLang patch returning top-p token ids; ``speculative_draft_tokens``: as if started with EAGLE
+        speculative decoding (spec stats in ``meta_info``); ``unavailable_s``: every route answers 503 for this
+        long from the first request it gets (a router or an engine still loading when clients start: the clock
+        starts with them, not with the test's set-up); ``report_window``: False leaves ``max_model_len`` out of
+        ``/v1/models`` (a server that reports no window)."""
         self.tokenizer = tokenizer
         self.context_length = context_length
-        self.kv_capacity = kv_capacity if kv_capacity is not None else context_length
+        self.kv_capacity = kv_capacity
         self.context_length_flag = context_length_flag
         self.model_path = model_path
         self.weight_version = weight_version
-        # Several stop tokens for templates whose next role tag ends a turn (GLM: <|observation|>, <|user|>);
-        # a "stop" finish ends on the first unless the Turn names another.
-        tokens = [end_of_turn] if isinstance(end_of_turn, str) else list(end_of_turn)
-        self.end_of_turn_ids = [int(tokenizer.convert_tokens_to_ids(t)) for t in tokens]
-        self.end_of_turn_id = self.end_of_turn_ids[0]
+        self._set_end_ids(end_of_turn, eos_tokens)
+        self.vocab_size = len(tokenizer) if vocab_size is None else vocab_size
         self.routed_experts = routed_experts
         self.echo_routed_experts_start_len = echo_routed_experts_start_len
         self.top_p_patch = top_p_patch
         self.speculative_draft_tokens = speculative_draft_tokens
-        self.requests: list[RecordedRequest] = []
-        self.aborted_rids: list[str] = []
-        self.answers: dict[str, tuple[list[int], list[float]]] = {}
-        """``rid`` -> (output_ids, logprobs) of every answer that carried tokens."""
-        self.meta_infos: dict[str, dict[str, Any]] = {}
-        """``rid`` -> the ``meta_info`` of every 200 answer, as sent."""
+        self.unavailable_s = unavailable_s
+        self.report_window = report_window
+        self._available_at: float | None = None
+        self._init_records()
+        self._scheduler = Scheduler(kv_capacity, disconnect_check_s)
         self._lock = threading.Lock()
         self._turns: dict[str | None, collections.deque[Turn | Fault]] = collections.defaultdict(
             collections.deque
         )
-        self._in_flight: dict[str, threading.Event] = {}
         self._last_sequence: dict[str | None, list[int]] = {}
         self.responder: Callable[[dict[str, Any], dict[str, str]], Turn | Fault] | None = None
         self.routes_missing: set[str] = set()
         """GET paths answered 404 (a router or an older server without them)."""
+        self._crashed = False
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] | None = None
         """Open client connections while running: stop() closes them, as a server shutting down does, and
         joins their handler threads, so that none is left waiting for a next request on a keep-alive
         connection."""
+
+    def _set_end_ids(self, end_of_turn: str | Sequence[str], eos_tokens: Sequence[str] | None) -> None:
+        """The end-of-turn ids a ``stop`` Turn ends with (several for templates whose next role tag ends a turn:
+        GLM's ``<|observation|>``, ``<|user|>``) and the model's end ids, which always stop."""
+        tokens = [end_of_turn] if isinstance(end_of_turn, str) else list(end_of_turn)
+        self.end_of_turn_ids = [self._token_id(t) for t in tokens]
+        self.end_of_turn_id = self.end_of_turn_ids[0]
+        if eos_tokens is not None:
+            self.eos_token_ids = frozenset(self._token_id(t) for t in eos_tokens)
+        else:
+            eos = getattr(self.tokenizer, "eos_token_id", None)
+            self.eos_token_ids = frozenset([*self.end_of_turn_ids, *([eos] if isinstance(eos, int) else [])])
+
+    def _token_id(self, token: str) -> int:
+        token_id = self.tokenizer.convert_tokens_to_ids(token)
+        unknown = getattr(self.tokenizer, "unk_token", None) != token and token_id == getattr(
+            self.tokenizer, "unk_token_id", None
+        )
+        if not isinstance(token_id, int) or unknown:
+            raise ValueError(f"{token!r} is not a token of this tokenizer")
+        return token_id
+
+    def _init_records(self) -> None:
+        """What the server saw and answered, for the tests' assertions."""
+        self.requests: list[RecordedRequest] = []
+        self.aborted_rids: list[str] = []
+        """rid named by each ``/abort_request`` (``abort_all``: every rid known at that moment)."""
+        self.answers: dict[str, tuple[list[int], list[float]]] = {}
+        """``rid`` -> (output_ids, logprobs) of every answer that carried tokens."""
+        self.meta_infos: dict[str, dict[str, Any]] = {}
+        """``rid`` -> the ``meta_info`` of every 200 answer, as sent."""
+        self.failures: list[str] = []
+        """What the real server would not have answered as scripted; :meth:`stop` raises when there is any."""
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -161,6 +240,8 @@ class SGLangTestServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = False  # server_close() joins the handler threads
         self._connections = set()
+        self._crashed = False
+        self._scheduler.reopen()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.02},  # stop() waits one poll: keep it short
@@ -171,19 +252,27 @@ class SGLangTestServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving (every request still open is aborted, every connection closed, every thread joined);
+        raises :class:`SGLangTestServerError` if the run met a failure (see :attr:`failures`)."""
         if self._httpd is not None:
-            for event in list(self._in_flight.values()):
-                event.set()
+            self._scheduler.close()
+            self._scheduler.wait_idle()  # every open request answered (aborted) before the connections close
             self._httpd.shutdown()
-            with self._lock:
-                connections, self._connections = self._connections or set(), None
-            for connection in connections:
-                _hang_up(connection)
+            self._hang_up_all()
             self._httpd.server_close()
             self._httpd = None
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self.failures:
+            failures, self.failures = self.failures, []
+            raise SGLangTestServerError("; ".join(failures))
+
+    def _hang_up_all(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections or set(), None
+        for connection in connections:
+            _hang_up(connection)
 
     def __enter__(self) -> SGLangTestServer:
         return self.start()
@@ -200,7 +289,7 @@ class SGLangTestServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    # -- scripting --------------------------------------------------------------------------------
+    # -- scripting and records --------------------------------------------------------------------
 
     def script(self, *items: Turn | Fault | str, key: str | None = None) -> None:
         """Queue answers (strings are ``Turn(text)``); ``key`` scopes them to one ``X-SMG-Routing-Key``."""
@@ -214,10 +303,28 @@ class SGLangTestServer:
 
     @property
     def in_flight(self) -> list[str]:
-        """``rid`` of every ``/generate`` request being answered now: the ones an abort reaches (a request is
-        recorded a moment before it is in flight)."""
-        with self._lock:
-            return list(self._in_flight)
+        """``rid`` of every ``/generate`` request known now (waiting or running): the ones an abort reaches (a
+        request is recorded a moment before it is in flight)."""
+        return self._scheduler.rids(Phase.WAITING, Phase.RUNNING)
+
+    @property
+    def waiting(self) -> list[str]:
+        """``rid`` of every request waiting in the queue for room in the token pool, in queue order."""
+        return self._scheduler.rids(Phase.WAITING)
+
+    @property
+    def running(self) -> list[str]:
+        return self._scheduler.rids(Phase.RUNNING)
+
+    @property
+    def aborted_requests(self) -> list[str]:
+        """``rid`` of every request an abort ended: by rid prefix, ``abort_all``, a client hang-up or stop()."""
+        return list(self._scheduler.aborted)
+
+    @property
+    def disconnected_rids(self) -> list[str]:
+        """``rid`` of every request whose client hung up before its answer (each was aborted, by prefix)."""
+        return list(self._scheduler.disconnected)
 
     @property
     def generate_requests(self) -> list[RecordedRequest]:
@@ -226,7 +333,8 @@ class SGLangTestServer:
     @property
     def max_req_len(self) -> int:
         """The scheduler's bound on input + output (tp_worker: ``min(context - 1, kv - 1)``)."""
-        return min(self.context_length - 1, self.kv_capacity - 1)
+        kv = self.context_length if self.kv_capacity is None else self.kv_capacity
+        return min(self.context_length - 1, kv - 1)
 
     @property
     def max_req_input_len(self) -> int:
@@ -243,123 +351,225 @@ class SGLangTestServer:
             return self.responder(body, headers)
         return Fault(status=500, body={"error": {"message": "SGLangTestServer: no scripted turn left"}})
 
-    # -- protocol ---------------------------------------------------------------------------------
+    def _fail(self, message: str) -> tuple[int, Any]:
+        """A script the real server would not follow: recorded (stop() raises) and answered with a 400 naming it."""
+        with self._lock:
+            self.failures.append(message)
+        return 400, {"error": {"message": f"SGLangTestServer script error: {message}"}}
 
-    def _generate(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any] | None:
+    # -- /generate --------------------------------------------------------------------------------
+
+    def _generate(
+        self, body: dict[str, Any], headers: dict[str, str], hung_up: Callable[[], bool]
+    ) -> tuple[int, Any] | None:
+        """The answer to one ``/generate`` (None: hang up without one)."""
         input_ids = body.get("input_ids")
         if input_ids is None and "text" not in body:
-            return 400, {"error": {"message": "Either text, input_ids or input_embeds should be provided."}}
-        if not isinstance(input_ids, list) or not all(isinstance(t, int) for t in input_ids):
-            return 400, {"error": {"message": "SGLangTestServer supports token-in requests only"}}
+            return 400, _error("Either text, input_ids or input_embeds should be provided.")
+        batch = any(isinstance(body.get(k), list) for k in ("rid", "sampling_params", "logprob_start_len"))
+        if batch or not isinstance(input_ids, list) or not all(type(t) is int for t in input_ids):
+            return 400, _error("SGLangTestServer supports single token-in requests only")
         if not input_ids:
-            return 400, {"error": {"message": "input_ids cannot be empty."}}
+            return 400, _error("input_ids cannot be empty.")
+        if (contract := contract_error(body)) is not None:
+            return 400, {"error": contract}
+        rid = str(body.get("rid") or uuid.uuid4().hex)
+        ticket = self._scheduler.register(rid, hung_up)
+        if ticket is None:
+            return 400, _error(f"Duplicate request ID detected: {rid}")
+        try:
+            return self._serve(ticket, body, headers)
+        finally:
+            self._scheduler.release(ticket)
+
+    def _serve(self, ticket: Ticket, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any] | None:
+        """A registered request: checked, queued, run, answered."""
+        input_ids: list[int] = body["input_ids"]
         params = body.get("sampling_params") or {}
-        error = _contract_error(params) or self._length_error(input_ids, params) or self._routing_error(body)
+        error = (
+            context_error(len(input_ids), params.get("max_new_tokens"), self.context_length)
+            or sampling_value_error(params, self.vocab_size)
+            or request_error(body, len(input_ids), self.max_req_input_len)
+        )
         if error is not None:
-            return 400, error
+            return 400, _error(error)
         requested = params.get("max_new_tokens")
         max_new = min(
             _DEFAULT_MAX_NEW_TOKENS if requested is None else requested,
             self.max_req_len - len(input_ids) - 1,  # the scheduler's silent clamp
         )
-        item = self._next(body, headers)
-        rid = str(body.get("rid") or f"rid-{len(self.requests)}")
-        abort_event = threading.Event()
-        with self._lock:
-            if rid in self._in_flight:
-                return 400, {"error": {"message": f"Duplicate request ID {rid}"}}
-            self._in_flight[rid] = abort_event
-        try:
-            if item.delay_s:
-                abort_event.wait(item.delay_s)
-            if isinstance(item, Fault):
-                return None if item.drop_connection else (item.status or 500, item.body)
-            return 200, self._answer(item, body, headers, rid, max_new, aborted=abort_event.is_set())
-        finally:
-            with self._lock:
-                self._in_flight.pop(rid, None)
-
-    def _length_error(self, input_ids: list[int], params: dict[str, Any]) -> dict[str, Any] | None:
-        """SGLang's context checks, in its order: the tokenizer manager's, then the scheduler's."""
-        n, window = len(input_ids), self.context_length
-        if n >= window:
-            return _error(
-                f"The input ({n} tokens) is longer than the model's context length ({window} tokens)."
-            )
-        max_new = params.get("max_new_tokens")
-        if max_new is not None and n + max_new > window:
-            return _error(
-                f"Requested token count exceeds the model's maximum context length of {window} tokens. "
-                f"You requested a total of {n + max_new} tokens: {n} tokens from the input messages and "
-                f"{max_new} tokens for the completion. Please reduce the number of tokens in the input messages "
-                "or the completion to fit within the limit."
-            )
-        if n >= self.max_req_input_len:
-            return _error(
-                f"Input length ({n} tokens) exceeds the maximum allowed length ({self.max_req_input_len} tokens). "
-                "Use a shorter input or enable --allow-auto-truncate."
-            )
-        return None
-
-    def _routing_error(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        start, n = body.get("routed_experts_start_len", 0), len(body["input_ids"])
-        if not body.get("return_routed_experts"):
+        self._scheduler.enqueue(ticket, len(input_ids) + max_new)
+        if not self._scheduler.wait_to_run(ticket):
+            return None if ticket.disconnected else (200, self._aborted_waiting(ticket, body))
+        if min(input_ids) < 0 or max(input_ids) >= self.vocab_size:
+            self._crash(input_ids)
             return None
-        if start < 0:
-            return _error(
-                f"recv_req.routed_experts_start_len={start} is lower than 0. "
-                "Please use a non-negative routed_experts_start_len."
+        item = self._next(body, headers)
+        if item.delay_s:
+            self._scheduler.hold(ticket, item.delay_s)
+        if ticket.disconnected:
+            return None
+        if isinstance(item, Fault):
+            return None if item.drop_connection else (item.status or 500, item.body)
+        return self._answer(item, ticket, body, headers, max_new)
+
+    def _crash(self, input_ids: list[int]) -> None:
+        """SGLang's scheduler hits an IndexError on an id outside the vocabulary and the whole server exits."""
+        bad = next(t for t in input_ids if t < 0 or t >= self.vocab_size)
+        with self._lock:
+            self.failures.append(
+                f"input id {bad} is outside the vocabulary ({self.vocab_size}): the real SGLang server crashes "
+                "(IndexError in its scheduler) and exits; a client must never send one"
             )
-        if start > n:
-            return _error(
-                f"recv_req.routed_experts_start_len={start} is higher than the number of input tokens "
-                f"len(req.origin_input_ids)={n}. Please use a smaller routed_experts_start_len."
-            )
-        return None
+            self._crashed = True
+        self._scheduler.close()
+        self._hang_up_all()
 
     def _answer(
-        self, turn: Turn, body: dict[str, Any], headers: dict[str, str], rid: str, max_new: int, aborted: bool
-    ) -> dict[str, Any]:
-        input_ids: list[int] = body["input_ids"]
-        ids = (
+        self, turn: Turn, ticket: Ticket, body: dict[str, Any], headers: dict[str, str], max_new: int
+    ) -> tuple[int, Any]:
+        params = body.get("sampling_params") or {}
+        generated = self._generation(turn, params, max_new, aborted=ticket.phase is Phase.ABORTED_RUNNING)
+        if isinstance(generated, str):
+            return self._fail(generated)
+        ids = generated.ids
+        logprobs = list(turn.logprobs or [])[: len(ids)]
+        logprobs += [_fake_logprob(t, i) for i, t in enumerate(ids)][len(logprobs) :]
+        cached = self._cached(headers.get("x-smg-routing-key"), body, ids)
+        meta = self._meta_info(turn, ticket, body, generated, logprobs, cached)
+        with self._lock:
+            if ids:
+                self.answers[ticket.rid] = (list(ids), list(logprobs))
+            self.meta_infos[ticket.rid] = meta
+        return 200, {"text": self._text(generated, params), "output_ids": ids, "meta_info": meta}
+
+    # -- what the model writes --------------------------------------------------------------------
+
+    def _generation(
+        self, turn: Turn, params: dict[str, Any], max_new: int, aborted: bool
+    ) -> _Generation | str:
+        """The turn's tokens through SGLang's stop rules (or a script error: what the real model would do next is
+        unknown)."""
+        tokens = (
             list(turn.token_ids)
             if turn.token_ids is not None
             else self.tokenizer.encode(turn.text or "", add_special_tokens=False)
         )
-        finish: dict[str, Any]
-        if aborted or turn.finish == "abort":
-            ids = ids[: max(0, min(len(ids) // 2, max_new))] if aborted else ids[:max_new]
-            finish = {"type": "abort", "message": turn.abort_message if ids else "Abort before prefill"}
-        elif turn.finish == "length" or len(ids) + (1 if turn.finish == "stop" else 0) > max_new:
-            ids = ids[:max_new]
-            finish = {"type": "length", "length": max_new}
-        else:
-            stop_id = self.end_of_turn_id if turn.stop_token_id is None else turn.stop_token_id
-            ids = [*ids, stop_id]
-            finish = {"type": "stop", "matched": stop_id}
-        logprobs = (
-            list(turn.logprobs)
-            if turn.logprobs is not None
-            else [_fake_logprob(t, i) for i, t in enumerate(ids)]
+        stop_id = self.end_of_turn_id if turn.stop_token_id is None else turn.stop_token_id
+        written = [*tokens, stop_id] if turn.finish == "stop" else tokens
+        end, finish = self._first_stop(written, params, max_new)
+        pause = len(tokens) // 2 if turn.pause_at is None else min(turn.pause_at, len(tokens))
+        if aborted and pause < end:
+            return _Generation(written[:pause], _abort_finish("Aborted"))
+        if finish is not None:
+            return _Generation(written[:end], finish)
+        if turn.finish == "abort":
+            return _Generation(written, _abort_finish(turn.abort_message))
+        if turn.finish == "stop":
+            return (
+                f"the turn ends with token {stop_id} ({self.tokenizer.convert_ids_to_tokens(stop_id)!r}), which "
+                f"does not stop this request (its stop_token_ids: {params.get('stop_token_ids')}, the model's end "
+                f"ids: {sorted(self.eos_token_ids)}, ignore_eos: {bool(params.get('ignore_eos'))}): the real model "
+                "would write on. Fix the request, or the server's eos_tokens / end_of_turn"
+            )
+        return (
+            f"the turn finishes with {turn.finish!r} after {len(tokens)} tokens but the request allows {max_new}: "
+            "the real model would write on. Script as many tokens as max_new_tokens, or finish='stop'"
         )
-        logprobs = (logprobs + [_fake_logprob(t, i) for i, t in enumerate(ids)])[: len(ids)]
-        key = headers.get("x-smg-routing-key")
+
+    def _first_stop(
+        self, written: list[int], params: dict[str, Any], max_new: int
+    ) -> tuple[int, dict[str, Any] | None]:
+        """Where SGLang ends ``written`` (``update_finish_state``, per token: stop strings, then stop tokens and
+        the model's end ids, then ``max_new_tokens``), and why; ``(len(written), None)`` if it does not."""
+        stop_ids = (
+            set()
+            if params.get("ignore_eos")
+            else {*(params.get("stop_token_ids") or ()), *self.eos_token_ids}
+        )
+        strings, patterns = _as_list(params.get("stop")), _as_list(params.get("stop_regex"))
+        window = max((len(s) for s in [*strings, *patterns]), default=0) + 1
+        if max_new == 0:
+            return 0, {"type": "length", "length": 0}
+        for i, token in enumerate(written):
+            if strings or patterns:
+                tail = self.tokenizer.decode(written[max(0, i + 1 - window) : i + 1])
+                matched = next((s for s in strings if s in tail), None)
+                matched = matched or next((p for p in patterns if re.search(p, tail)), None)
+                if matched is not None:
+                    return i + 1, {"type": "stop", "matched": matched}
+            if token in stop_ids:
+                return i + 1, {"type": "stop", "matched": token}
+            if i + 1 >= max_new:
+                return max_new, {"type": "length", "length": max_new}
+        return len(written), None
+
+    def _text(self, generated: _Generation, params: dict[str, Any]) -> str:
+        """The detokenizer's text: the matched stop token or stop string trimmed unless ``no_stop_trim``."""
+        keep = bool(params.get("no_stop_trim"))
+        matched = generated.finish.get("matched")
+        ids = generated.ids[:-1] if isinstance(matched, int) and generated.ids and not keep else generated.ids
+        skip = params.get("skip_special_tokens")
+        text = str(self.tokenizer.decode(ids, skip_special_tokens=True if skip is None else bool(skip)))
+        if isinstance(matched, str) and (at := text.find(matched)) != -1:
+            text = text[: at + len(matched)] if keep else text[:at]
+        return text
+
+    # -- meta_info --------------------------------------------------------------------------------
+
+    def _cached(self, key: str | None, body: dict[str, Any], ids: list[int]) -> int:
+        """The radix cache's hit, approximated by the last sequence of the routing key; SGLang matches at most
+        ``len(input) - 1`` tokens, and no further than ``logprob_start_len`` when logprobs are asked."""
+        input_ids: list[int] = body["input_ids"]
         with self._lock:
             previous = self._last_sequence.get(key, [])
-            cached = _common_prefix(previous, input_ids)
             self._last_sequence[key] = input_ids + ids
-            if ids:
-                self.answers[rid] = (list(ids), list(logprobs))
+        limit = len(input_ids) - 1
+        start = body.get("logprob_start_len")
+        if body.get("return_logprob") and start is not None and start >= 0:
+            limit = min(limit, start)
+        return max(0, min(_common_prefix(previous, input_ids), limit))
+
+    def _meta_info(
+        self,
+        turn: Turn,
+        ticket: Ticket,
+        body: dict[str, Any],
+        generated: _Generation,
+        logprobs: list[float],
+        cached: int,
+    ) -> dict[str, Any]:
+        """The keys of SGLang 0.5.23's answers, in its order."""
+        ids, version = generated.ids, turn.weight_version or self.weight_version
         meta: dict[str, Any] = {
-            "id": rid,
-            "finish_reason": finish,
-            "prompt_tokens": len(input_ids),
-            "completion_tokens": len(ids),
-            "cached_tokens": cached,
-            "weight_version": turn.weight_version or self.weight_version,
-            "e2e_latency": 0.001,
-            "output_token_logprobs": [[lp, t, None] for lp, t in zip(logprobs, ids, strict=True)],
+            "id": ticket.rid,
+            "finish_reason": generated.finish,
+            "prompt_tokens": len(body["input_ids"]),
+            "weight_version": version,
+            "num_retractions": 0,
         }
+        if body.get("return_logprob"):
+            meta["input_token_logprobs"] = _input_logprobs(body["input_ids"], body.get("logprob_start_len"))
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, ids, strict=True)]
+            meta["output_token_logprobs_length"] = len(ids)
+        meta.update(
+            reasoning_tokens=0,
+            completion_tokens=len(ids),
+            cached_tokens=cached,
+            weight_versions=[{"version": version, "start": 0, "end": len(ids)}],
+            cached_tokens_details={"device": cached, "host": 0} if cached else None,
+        )
+        self._add_extras(meta, body, ids)
+        meta.update(
+            dp_rank=None,
+            e2e_latency=time.monotonic() - ticket.arrived,
+            response_sent_to_client_ts=time.time(),
+        )
+        return meta
+
+    def _add_extras(self, meta: dict[str, Any], body: dict[str, Any], ids: list[int]) -> None:
+        """Routed experts, slime's top-p patch and speculative-decoding stats, when the server has them."""
+        input_ids: list[int] = body["input_ids"]
         if body.get("return_routed_experts") and self.routed_experts is not None:
             start = int(body.get("routed_experts_start_len") or 0)
             meta["routed_experts"] = _int32_b64(self._routing(input_ids + ids, start))
@@ -380,22 +590,23 @@ class SGLangTestServer:
                 spec_num_proposed_drafts=proposed,
                 spec_verify_ct=verify,
             )
-        with self._lock:
-            self.meta_infos[rid] = meta
-        text = self.tokenizer.decode(
-            ids,
-            skip_special_tokens=bool((body.get("sampling_params") or {}).get("skip_special_tokens", True)),
-        )
-        return {"text": text, "output_ids": ids, "meta_info": meta}
 
-    def _abort(self, body: dict[str, Any]) -> None:
+    def _aborted_waiting(self, ticket: Ticket, body: dict[str, Any]) -> dict[str, Any]:
+        """The tokenizer manager's answer for a request aborted in the waiting queue: nothing written, and only
+        the keys it builds itself (no ``prompt_tokens``, no ``cached_tokens``)."""
+        meta: dict[str, Any] = {
+            "id": ticket.rid,
+            "finish_reason": {"type": "abort", "message": "Abort in waiting queue"},
+            "weight_version": self.weight_version,
+            "e2e_latency": time.monotonic() - ticket.arrived,
+            "weight_versions": [{"version": self.weight_version, "start": 0, "end": 0}],
+        }
+        if body.get("return_logprob"):
+            meta.update(input_token_logprobs=[], output_token_logprobs=[], output_token_logprobs_length=0)
+        meta["completion_tokens"] = 0
         with self._lock:
-            targets = list(self._in_flight) if body.get("abort_all") else [str(body.get("rid"))]
-            for rid in targets:
-                self.aborted_rids.append(rid)
-                event = self._in_flight.get(rid)
-                if event is not None:
-                    event.set()
+            self.meta_infos[ticket.rid] = meta
+        return {"text": "", "output_ids": [], "meta_info": meta}
 
     def _routing(self, sequence: list[int], start: int) -> list[int]:
         """Routing of positions ``[start, len(sequence) - 1)``: a deterministic function of each position and its
@@ -408,6 +619,78 @@ class SGLangTestServer:
             for layer in range(layers)
             for k in range(topk)
         ]
+
+    # -- other routes -----------------------------------------------------------------------------
+
+    def _abort(self, body: dict[str, Any]) -> None:
+        rid = None if body.get("abort_all") else str(body.get("rid") or "")
+        if rid == "":
+            return  # SGLang ignores an abort without a rid and without abort_all
+        with self._lock:
+            self.aborted_rids.extend(self.in_flight if rid is None else [rid])
+        self._scheduler.abort(rid)
+
+    def _get(self, path: str) -> tuple[int, Any]:
+        if path in self.routes_missing:
+            return 404, {"detail": "Not Found"}
+        if path == "/health":
+            return 200, None
+        if path in ("/model_info", "/get_model_info"):
+            return 200, {
+                "model_path": self.model_path,
+                "served_model_name": self.model_path,
+                "tokenizer_path": self.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": self.weight_version,
+            }
+        if path in ("/server_info", "/get_server_info"):
+            info = {
+                "model_path": self.model_path,
+                "context_length": self.context_length if self.context_length_flag else None,
+                "max_req_input_len": self.max_req_input_len,
+                "weight_version": self.weight_version,
+            }
+            if self.kv_capacity is not None:
+                info["max_total_num_tokens"] = self.kv_capacity
+            return 200, info
+        if path == "/v1/models":
+            card = {
+                "id": self.model_path,
+                "object": "model",
+                "created": int(time.time()),
+                "owned_by": "sglang",
+                "root": self.model_path,
+                "parent": None,
+            }
+            if self.report_window:
+                card["max_model_len"] = self.context_length
+            return 200, {"object": "list", "data": [card]}
+        if path == "/workers":
+            # the router's worker list (sglang-router / SMG): slime's abort() aborts each worker it lists
+            worker = {"url": self.base_url, "worker_type": "regular", "is_healthy": True}
+            return 200, {"workers": [worker], "total": 1}
+        return 404, {"detail": "Not Found"}
+
+
+def _abort_finish(message: str) -> dict[str, Any]:
+    return {"type": "abort", "message": message, "status_code": None, "err_type": None}
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [s for s in value if s]
+
+
+def _input_logprobs(input_ids: list[int], start: int | None) -> list[list[Any]]:
+    """Input-token logprobs from ``logprob_start_len`` on (none when it is not given); the first has none."""
+    if start is None or start < 0:
+        return []
+    return [
+        [None if p == start else _fake_logprob(input_ids[p], p), input_ids[p], None]
+        for p in range(start, len(input_ids))
+    ]
 
 
 def _top_p_spans(output_ids: list[int], position: int) -> tuple[list[int], list[int]]:
@@ -430,34 +713,6 @@ def _error(message: str) -> dict[str, Any]:
     return {"error": {"message": message}}
 
 
-def _contract_error(params: Any) -> dict[str, Any] | None:
-    """SGLang's API-contract check of ``sampling_params`` (serde's texts)."""
-    if not isinstance(params, dict):
-        return {"error": "invalid type: sequence, expected struct SamplingParams"}
-    for key, value in params.items():
-        if key not in _SGLANG_SAMPLING_FIELDS:
-            listed = ", ".join(f"`{f}`" for f in _SGLANG_SAMPLING_FIELDS)
-            return {"error": f"unknown field `{key}`, expected one of {listed}"}
-        if (
-            key == "max_new_tokens"
-            and value is not None
-            and (isinstance(value, bool) or not isinstance(value, int))
-        ):
-            return {"error": f"invalid type: {_unexpected(value)}, expected i64"}
-    max_new = params.get("max_new_tokens")
-    if max_new is not None and max_new < 0:
-        return _error(f"max_new_tokens must be at least 0, got {max_new}.")
-    return None
-
-
-def _unexpected(value: Any) -> str:
-    if isinstance(value, float):
-        return f"floating point `{value}`"
-    if isinstance(value, str):
-        return f'string "{value}"'
-    return type(value).__name__
-
-
 def _fake_logprob(token_id: int, position: int) -> float:
     """Deterministic, realistic-looking logprobs (negative, varied) so tests can check alignment."""
     return -round(0.001 + ((token_id * 31 + position * 17) % 997) / 250.0, 6)
@@ -477,6 +732,16 @@ def _hang_up(connection: socket.socket) -> None:
         connection.shutdown(socket.SHUT_RDWR)
 
 
+def _peer_closed(connection: socket.socket) -> bool:
+    """True once the client closed the connection: a read would return end-of-file (nothing is consumed)."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False  # open, nothing sent
+    except OSError:
+        return True  # reset
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_state: SGLangTestServer
@@ -485,7 +750,7 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         state = self.server_state
         with state._lock:
-            if state._connections is None:  # accepted as the server stopped
+            if state._connections is None or state._crashed:  # accepted as the server stopped or crashed
                 _hang_up(self.connection)
             else:
                 state._connections.add(self.connection)
@@ -497,7 +762,8 @@ class _Handler(BaseHTTPRequestHandler):
         with state._lock:
             if state._connections is not None:
                 state._connections.discard(self.connection)
-        super().finish()
+        with contextlib.suppress(OSError):  # the client may be gone
+            super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass
@@ -507,13 +773,22 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         return json.loads(raw) if raw else {}
 
-    def _send(self, status: int, payload: Any) -> None:
+    def _send(self, answer: tuple[int, Any] | None) -> None:
+        """Send ``(status, payload)``; None, or a crashed server: hang up without an answer."""
+        if answer is None or self.server_state._crashed:
+            self.close_connection = True
+            _hang_up(self.connection)
+            return
+        status, payload = answer
         data = b"" if payload is None else json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client hung up meanwhile
+            self.close_connection = True
 
     def _record(self, body: Any) -> None:
         headers = {k.lower(): v for k, v in self.headers.items()}
@@ -521,62 +796,40 @@ class _Handler(BaseHTTPRequestHandler):
         with state._lock:
             state.requests.append(RecordedRequest(self.path, body, headers, time.time()))
 
+    def _unavailable(self) -> bool:
+        """Answer 503 while the server is still "loading" (``unavailable_s`` from its first request)."""
+        state = self.server_state
+        with state._lock:
+            if state._available_at is None:
+                state._available_at = time.monotonic() + state.unavailable_s
+            available_at = state._available_at
+        if time.monotonic() >= available_at:
+            return False
+        self._send((503, {"error": {"message": "Service Unavailable: the server is starting"}}))
+        return True
+
     def do_GET(self) -> None:
         self._record(None)
-        state = self.server_state
-        if self.path in state.routes_missing:
-            self._send(404, {"detail": "Not Found"})
-        elif self.path == "/health":
-            self._send(200, None)
-        elif self.path in ("/model_info", "/get_model_info"):
-            self._send(
-                200,
-                {"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True},
-            )
-        elif self.path in ("/server_info", "/get_server_info"):
-            self._send(
-                200,
-                {
-                    "context_length": state.context_length if state.context_length_flag else None,
-                    "model_path": state.model_path,
-                    "max_req_input_len": state.max_req_input_len,
-                },
-            )
-        elif self.path == "/workers":
-            # the router's worker list (sglang-router / SMG): slime's abort() aborts each worker it lists
-            worker = {"url": state.base_url, "worker_type": "regular", "is_healthy": True}
-            self._send(200, {"workers": [worker], "total": 1})
-        elif self.path == "/v1/models":
-            card = {
-                "id": state.model_path,
-                "object": "model",
-                "created": int(time.time()),
-                "owned_by": "sglang",
-                "root": state.model_path,
-                "parent": None,
-                "max_model_len": state.context_length,
-            }
-            self._send(200, {"object": "list", "data": [card]})
-        else:
-            self._send(404, {"detail": "Not Found"})
+        if self._unavailable():
+            return
+        self._send(self.server_state._get(self.path))
 
     def do_POST(self) -> None:
         try:
             body = self._read_body()
         except ValueError:
-            self._send(400, {"error": {"message": "invalid JSON body"}})
+            self._send((400, {"error": {"message": "invalid JSON body"}}))
             return
         self._record(body)
         state = self.server_state
+        if self._unavailable():
+            return
         if self.path == "/generate":
-            answer = state._generate(body, {k.lower(): v for k, v in self.headers.items()})
-            if answer is None:  # injected dropped connection
-                self.close_connection = True
-                _hang_up(self.connection)
-                return
-            self._send(*answer)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            connection = self.connection
+            self._send(state._generate(body, headers, lambda: _peer_closed(connection)))
         elif self.path == "/abort_request":
             state._abort(body)
-            self._send(200, None)
+            self._send((200, None))
         else:
-            self._send(404, {"detail": "Not Found"})
+            self._send((404, {"detail": "Not Found"}))

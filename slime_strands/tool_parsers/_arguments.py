@@ -1,13 +1,23 @@
 """Argument decoding shared by the parsers: JSON objects, and bare values typed by the tool's JSON schema.
 
 Formats that write every value as bare text (Qwen3-Coder's ``<parameter=k>``, GLM's ``<arg_value>``) follow
-their chat templates: a string is written as is, anything else as JSON (GLM's ``tojson``) or Python's
-``str()`` (Qwen3-Coder writes ``True`` for a boolean). The schema decides which; a value that does not fit
-its declared type is an error the model is told about, never coerced.
+their chat templates: a string is written as is, anything else as JSON (GLM's ``tojson``) or, with
+``python_literals``, also as Python's ``str()`` (Qwen3-Coder's template applies Jinja's ``string`` filter:
+``{'a': 1, 'b': [1, 2]}``, ``[1, 'x']``, ``True``, ``None``). Python literals are read with
+:func:`ast.literal_eval` (literals only, never code) and kept only when they are JSON values. The schema decides
+which type a value is; a value that does not fit its declared type is an error the model is told about, never
+coerced.
+
+Null: ``null`` (and ``None`` with ``python_literals``) is None only where the schema allows null: a type list
+holding ``"null"``, an ``anyOf`` / ``oneOf`` option of type null, ``nullable: true``, a ``default`` of null
+(Strands writes ``x: str | None = None`` as ``{"type": "string", "default": null}``), or no type at all.
+Elsewhere it is text for a string parameter (the template writes the string "None" and None alike; the
+schema says which was meant) and an error for any other type.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Mapping
@@ -82,16 +92,26 @@ def json_call(payload: dict[str, Any], raw: str, argument_keys: tuple[str, ...])
 
 
 def add_argument(
-    arguments: dict[str, Any], key: str, value: str, *, call: str, tools: ToolSchemas, noun: str
+    arguments: dict[str, Any],
+    key: str,
+    value: str,
+    *,
+    call: str,
+    tools: ToolSchemas,
+    noun: str,
+    python_literals: bool = False,
 ) -> ToolCallError | None:
     """Add the bare-text ``value`` of argument ``key`` of a call to ``call`` (typed by the tool's schema), or
     say why it cannot be added (an empty or repeated name, a value its schema rejects); ``raw`` is left for
-    the caller to fill in. ``noun`` is what the format calls an argument (``parameter``, ``argument``)."""
+    the caller to fill in. ``noun`` is what the format calls an argument (``parameter``, ``argument``);
+    ``python_literals``: the format's template may write values as Python's ``str()`` (see the module doc)."""
     if not key or key in arguments:
         problem = "duplicate" if key else "empty"
         return ToolCallError("bad_arguments", f"{problem} {noun} name {key!r} in the call to {call!r}", "")
     try:
-        arguments[key] = convert_value(value, parameter_schema(tools, call, key))
+        arguments[key] = convert_value(
+            value, parameter_schema(tools, call, key), python_literals=python_literals
+        )
     except ValueError as exc:
         return ToolCallError("bad_arguments", f"argument {key!r} of the call to {call!r}: {exc}", "")
     return None
@@ -123,25 +143,24 @@ def _declared_type(schema: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def convert_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
+def convert_value(raw: str, schema: Mapping[str, Any] | None, *, python_literals: bool = False) -> Any:
     """The value of a bare-text argument by its schema; raises ValueError saying why it does not fit.
 
-    Without a single declared type a value that is JSON (a number, object, ...) is that value, else the text.
+    Without a single declared type a value that is JSON (a number, object, ...) is that value, else (with
+    ``python_literals``) a Python literal of a JSON value, else the text.
     """
     declared = _declared_type(schema)
     text = raw.strip()
+    if text in (_NULLS_PYTHON if python_literals else _NULLS) and _allows_null(schema):
+        return None
     if declared == "string":
         return raw
-    if (
-        text in ("null", "None") and declared is not None
-    ):  # JSON's null; Qwen3-Coder's template writes str(None)
-        return None
     if declared == "integer":
         if not _INTEGER.fullmatch(text):
             raise ValueError(f"expected an integer, got {clip(raw)!r}")
         return int(text)
     if declared == "number":
-        value = _json_or_none(text)
+        value = _json_value(text)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"expected a number, got {clip(raw)!r}")
         return value
@@ -150,17 +169,75 @@ def convert_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
             raise ValueError(f"expected true or false, got {clip(raw)!r}")
         return text.lower() == "true"
     if declared in ("object", "array"):
-        value = _json_or_none(text)
-        expected = dict if declared == "object" else list
-        if not isinstance(value, expected):
-            raise ValueError(f"expected a JSON {declared}, got {clip(raw)!r}")
+        value = _structured_value(text, python_literals)
+        if not isinstance(value, dict if declared == "object" else list):
+            written = "JSON or a Python literal" if python_literals else "JSON"
+            raise ValueError(f"expected an {declared} ({written}), got {clip(raw)!r}")
         return value
-    value = _json_or_none(text)
-    return raw if value is None or isinstance(value, str) else value
+    value = _structured_value(text, python_literals)
+    if value is _NOTHING or value is None or isinstance(value, str):
+        return raw  # null was handled above: here the schema does not allow it
+    return value
 
 
-def _json_or_none(text: str) -> Any:
+_NULLS = ("null",)
+_NULLS_PYTHON = ("null", "None")
+_NOTHING: Any = object()
+"""What a text that is not a JSON (or Python) literal decodes to."""
+
+
+def _allows_null(schema: Mapping[str, Any] | None) -> bool:
+    """Whether the schema lets a value be null (see the module doc); True without a schema or a type."""
+    if schema is None or not any(key in schema for key in ("type", "anyOf", "oneOf", "enum", "const")):
+        return True
+    declared = schema.get("type")
+    if declared == "null" or (isinstance(declared, list) and "null" in declared):
+        return True
+    if schema.get("nullable") is True or ("default" in schema and schema["default"] is None):
+        return True
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(options, list) and any(isinstance(o, Mapping) and _allows_null(o) for o in options):
+        return True
+    enum = schema.get("enum")
+    return isinstance(enum, list) and None in enum
+
+
+def _structured_value(text: str, python_literals: bool) -> Any:
+    """``text`` as a JSON value, else (``python_literals``) as a Python literal of one, else ``_NOTHING``."""
+    value = _json_value(text)
+    if value is _NOTHING and python_literals:
+        value = _python_literal(text)
+    return value
+
+
+def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
     except (json.JSONDecodeError, RecursionError):
-        return None
+        return _NOTHING
+
+
+def _python_literal(text: str) -> Any:
+    """``text`` read by :func:`ast.literal_eval` (it builds literals and never runs code), when it is a JSON
+    value (dicts with string keys, lists, strings, numbers, booleans, None); ``_NOTHING`` otherwise. Deep
+    nesting and digit strings too long for ``int`` raise inside ``literal_eval`` and count as not a literal."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOTHING
+    return value if _json_compatible(value) else _NOTHING
+
+
+def _json_compatible(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if not all(isinstance(key, str) for key in item):
+                return False
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif not (item is None or isinstance(item, (str, int, float))):
+            return False  # tuples, sets, bytes, complex numbers: not what a template writes for JSON
+    return True

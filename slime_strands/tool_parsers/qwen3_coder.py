@@ -9,9 +9,13 @@
     </tool_call>
 
 Format facts: the Qwen3-Coder chat template writes each value on its own line (one newline after the
-opening tag and before the closing one, both dropped when reading), strings as is and other values as JSON
-(mappings, lists) or Python text (numbers, ``True``); SGLang's ``qwen3_coder`` detector converts values by
-the tool's JSON schema. Here a value that does not fit the schema is a ``bad_arguments`` error.
+opening tag and before the closing one, both dropped when reading), a string as is and ANY other value with
+Jinja's ``string`` filter, i.e. Python's ``str()``: ``{'a': 1, 'b': [1, 2]}``, ``[1, 'x']``, ``True``, ``None``
+(later Qwen3-Coder / Qwen3.5 templates write mappings and lists, or every non-string, with ``tojson``). So a
+value is read by the tool's JSON schema as JSON or as a Python literal (``ast.literal_eval``: literals only,
+never code), as SGLang's ``qwen3_coder`` detector does; a value that does not fit the schema is a
+``bad_arguments`` error. ``None`` / ``null`` is None where the schema allows null, else the text of a string
+parameter (see ``_arguments``).
 """
 
 from __future__ import annotations
@@ -74,7 +78,9 @@ def _parameters(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | To
         value = text[head_end + 1 : end]
         value = value[1:] if value.startswith("\n") else value
         value = value[:-1] if value.endswith("\n") else value
-        error = add_argument(arguments, key, value, call=name, tools=tools, noun="parameter")
+        error = add_argument(
+            arguments, key, value, call=name, tools=tools, noun="parameter", python_literals=True
+        )
         if error is not None:
             return error
         pos = end + len(_PARAMETER_CLOSE)

@@ -48,7 +48,9 @@ def script_first_run(server: SGLangTestServer) -> None:
     server.script("Answer: \\boxed{42}", key="1:0")
     server.script(BAD_CALL, "Answer: \\boxed{41}", key="1:1")
     server.script("Answer: \\boxed{40}", key="1:2")
-    server.script(Turn("Answer: \\boxed{4", finish="length"), key="1:3")
+    server.script(
+        Turn("Answer: \\boxed{4" + " 4" * 8192, finish="length"), key="1:3"
+    )  # writes past its budget
     for s in range(3):
         server.script(f"Answer: \\boxed{{{s}}}", key=f"2:{s}")
     server.script(Fault(400, {"error": {"message": "scripted refusal"}}), key="2:3")
@@ -128,7 +130,8 @@ def test_eval_resume_and_pass_at_k(server, data, tmp_path, capsys):
     assert [final[f"0:{s}"].reward for s in range(4)] == [1.0] * 4
     assert [final[f"1:{s}"].reward for s in range(4)] == [1.0, 0.0, 0.0, 0.0]
     assert final["1:1"].metrics["parse_errors"] == {"bad_json": 1}
-    assert final["1:3"].status == "TRUNCATED" and final["1:3"].termination == "max_tokens"
+    # its turn was sized by the server's 8192-token window (the budget, 16384, is larger): cut by the window
+    assert final["1:3"].status == "TRUNCATED" and final["1:3"].termination == "context_full"
     assert final["0:0"].metrics["tool_calls"] == 1 and final["0:0"].metrics["turns"] == 2
     assert final["0:0"].dataset == "math" and final["2:0"].dataset == "other"
 
@@ -473,3 +476,74 @@ def test_usage_errors(server, data, capsys):
         run_cli(capsys, *eval_argv(server.base_url, data, "--n", "0"))
     assert exited.value.code == 2
     assert "--n: must be at least 1, got 0" in capsys.readouterr().err
+
+
+# -- sampling params: the config's strands.sampling_params and --sampling-param ---------------------------
+
+
+def test_sampling_params_of_the_config_and_the_flags_reach_every_turn(server, data, tmp_path, capsys):
+    """Precedence: --sampling-param over the config's sampling_params over --temperature / --top-p (a grammar
+    replaces a lower level's grammar: SGLang takes one per request); a
+    max_new_tokens among them caps each turn while --max-response-len stays the whole response's budget."""
+    out = tmp_path / "traj.jsonl"
+    config = write_config(
+        tmp_path / "plugin.yaml",
+        sampling_params={
+            "regex": "(.|\\n)*",
+            "top_k": 20,
+            "stop": ["</answer>"],
+            "logit_bias": {"151643": -100.0},
+            "temperature": 0.3,
+        },
+    )
+    server.script(CALL_ADD, "The sum is 5.\nAnswer: \\boxed{5}", key="0:0")
+    flags = ["--sampling-param", "top_k=5", "--sampling-param", "min_p=0.05"]
+    flags += ["--sampling-param", "max_new_tokens=64", "--sampling-param", 'structural_tag="{}"']
+    code, _, stderr = run_cli(
+        capsys,
+        *eval_argv(
+            server.base_url, data, "--n", "1", "--limit", "1", "--config", str(config), "--out", str(out),
+            "--temperature", "0.9", "--max-response-len", "100", *flags,
+        ),
+    )  # fmt: skip
+    assert code == 0, stderr
+    (row,) = read_rows(out)
+    check_row(row, server)
+    assert row.status == "COMPLETED"
+    first, second = (r.body["sampling_params"] for r in server.generate_requests)
+    for sent in (first, second):
+        assert sent["stop"] == ["</answer>"] and sent["structural_tag"] == "{}"
+        assert "regex" not in sent, "the flag's grammar replaces the config's (SGLang takes one)"
+        assert sent["logit_bias"] == {"151643": -100.0} and sent["min_p"] == 0.05
+        assert sent["top_k"] == 5, "the flag wins over the config"
+        assert sent["temperature"] == 0.3, "the config wins over --temperature"
+    assert first["max_new_tokens"] == 64, "max_new_tokens caps the turn"
+    used = len(server.generate_requests[1].body["input_ids"]) - len(
+        server.generate_requests[0].body["input_ids"]
+    )
+    assert second["max_new_tokens"] == min(64, 100 - used), "the whole response's budget stays in charge"
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("top_k", "--sampling-param 'top_k' is not KEY=JSON"),
+        ("stop=[</answer>]", "--sampling-param 'stop=[</answer>]': the value is not JSON"),
+        ("regex=a+", "the value is not JSON"),
+        ("max_tokens=64", "--sampling-param: 'max_tokens' is not a sampling param SGLang"),
+        ("max_new_tokens=0", "--sampling-param.max_new_tokens: must be a positive integer"),
+    ],
+)
+def test_bad_sampling_param_flags_are_one_line(server, data, capsys, flag, says):
+    code, _, stderr = run_cli(capsys, *eval_argv(server.base_url, data, "--sampling-param", flag))
+    assert code == 2
+    assert says in _one_error_line(stderr)
+    assert not server.requests, "nothing is sent before the inputs are checked"
+
+
+def test_an_unknown_key_in_the_configs_sampling_params_is_named(server, data, tmp_path, capsys):
+    config = write_config(tmp_path / "plugin.yaml", sampling_params={"top_k": 20, "best_of": 2})
+    code, _, stderr = run_cli(capsys, *eval_argv(server.base_url, data, "--config", str(config)))
+    assert code == 2
+    assert "sampling_params: 'best_of' is not a sampling param SGLang" in _one_error_line(stderr)
+    assert not server.requests

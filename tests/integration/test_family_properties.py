@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import family_kit
 import pytest
 from family_kit import FAMILIES, Call, Family, Turn, family_tokenizer, server_turns, stop_tokens
 from helpers import make_agent, make_model, result_texts
@@ -71,7 +72,13 @@ def tool_turns(draw, family: Family) -> Turn:
         calls=[*(family.bad_calls[c] for c in bad), *valid],
         reasoning=draw(st.sampled_from([None, "I should use a tool."])) or family.call_reasoning,
         reasoning_calls=reasoning_calls,
+        stop=draw(ends(family)),
     )
+
+
+def ends(family: Family) -> st.SearchStrategy[str | None]:
+    """The token a turn ends on: the family's usual one, or any of its stop / end-of-sequence tokens."""
+    return st.one_of(st.none(), st.sampled_from(family_kit.end_tokens(family, family_tokenizer(family.name))))
 
 
 @st.composite
@@ -79,6 +86,7 @@ def scripts(draw, family: Family) -> list[Turn]:
     turns = draw(st.lists(tool_turns(family), max_size=3))
     answer = family.answer(draw(st.sampled_from(["The answer is 5.", "Done.", "Result: 42"])))
     answer.reasoning_calls = draw(st.lists(valid_calls, max_size=2))
+    answer.stop = draw(ends(family))
     return [*turns, answer]
 
 
@@ -91,6 +99,7 @@ def _run(family: Family, script: list[Turn]) -> None:
         agent = make_agent(model, [add, mul])
         result = asyncio.run(agent.invoke_async("Compute things."))
         assert result.stop_reason == "end_turn"
+        assert str(result).strip() == script[-1].content, "no end token is left in the answer"
         assert server.pending() == 0
         assert_trajectory_invariants(model.token_manager, server)
     assert len(server.generate_requests) == len(script) == model.stats.turns

@@ -9,14 +9,26 @@ trajectory must BE the template's full rendering (the stop token that ended a tu
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
-from family_kit import FAMILIES, Call, Family, Turn, family_tokenizer, server_turns, stop_tokens
+from conftest import qwen3_tokenizer_path
+from family_kit import (
+    FAMILIES,
+    Call,
+    Family,
+    Turn,
+    end_tokens,
+    family_tokenizer,
+    server_turns,
+    stop_tokens,
+)
 from helpers import make_agent, make_model, openai_tools, result_texts
 from strands import tool
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
 
+from slime_strands.chat import ChatRenderer
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing import Turn as ServerTurn
 from slime_strands.testing.invariants import assert_trajectory_invariants
@@ -91,11 +103,13 @@ def _canonical(family: Family, tok: Any, episodes, results, tools, rewritten=())
     )
 
 
-def _assert_canonical(family, tok, model, episodes, results, tools, rewritten=()) -> None:
+def _assert_canonical(family, tok, model, episodes, results, tools, rewritten=(), last_stop=None) -> None:
     decoded = tok.decode(model.token_manager.token_ids)
     expected = _canonical(family, tok, episodes, results, tools).rstrip("\n")
-    last_stop = family.stop(episodes[-1][1][-1])
+    last_stop = last_stop or family.stop(episodes[-1][1][-1])
     assert decoded.endswith(last_stop), "the trajectory ends on the model's stop token"
+    for written, in_template in family.closed_in_template_by.items():
+        decoded, last_stop = decoded.replace(written, in_template), last_stop.replace(written, in_template)
     if not expected.endswith(
         last_stop
     ):  # the next role tag ends a GLM turn: the model wrote it, no template did
@@ -143,7 +157,7 @@ async def test_plain_answer(family, tok):
         _check(model, server)
         assert [s.kind for s in model.token_manager.segments] == ["prompt", "generated"]
         sent = server.generate_requests[0].body["sampling_params"]["stop_token_ids"]
-        assert set(sent) == {tok.convert_tokens_to_ids(t) for t in stop_tokens(family)}
+        assert set(sent) == {tok.convert_tokens_to_ids(t) for t in end_tokens(family, tok)}
         _assert_canonical(family, tok, model, [("What is 2+3?", [answer])], [], [add])
 
 
@@ -160,7 +174,8 @@ async def test_one_call(family, tok):
         generated, observation = tm.segments[1], tm.segments[2]
         stop_id = tok.convert_tokens_to_ids(family.call_stop)
         assert generated.token_ids[-1] == stop_id, "the model's own stop token closes its turn"
-        assert observation.token_ids[0] != stop_id, "the stop token is counted once"
+        ends = {tok.convert_tokens_to_ids(t) for t in stop_tokens(family)}
+        assert observation.token_ids[0] not in ends, "the turn is closed once"
         assert tok.decode(list(observation.token_ids)).count("5") >= 1
         rewritten = REWRITTEN_AFTER_ANSWER.get(family.name, ())
         _assert_canonical(family, tok, model, [("What is 2+3?", turns)], [["5"]], [add], rewritten)
@@ -184,6 +199,117 @@ async def test_parallel_calls(family, tok):
             episodes = [("Compute 2+3 and 4*5.", turns)]
             rewritten = REWRITTEN_AFTER_ANSWER.get(family.name, ())
             _assert_canonical(family, tok, model, episodes, [["5", "20"]], [add, mul], rewritten)
+
+
+@tool
+def configure(options: dict, tags: list[str], verbose: bool, note: str | None = None) -> str:
+    """Configure a run."""
+    CALLS.append(("configure", {"options": options, "tags": tags, "verbose": verbose, "note": note}))
+    return "configured"
+
+
+async def test_object_array_boolean_and_null_arguments(family, tok):
+    """Every non-scalar argument as the family's template writes it (Qwen3-Coder's: Python's str(), via
+    Jinja's string filter) runs the tool with the values the model meant."""
+    arguments = {"options": {"depth": 2, "names": ["a", "b's"]}, "tags": ["x"], "verbose": True, "note": None}
+    turns = [family.call_turn(Call("configure", arguments)), family.answer("Done.")]
+    with _server(family, tok, *turns) as server:
+        model = make_model(tok, server)
+        agent = make_agent(model, [configure])
+        await agent.invoke_async("Configure it.")
+        ran = [("configure", arguments)]
+        assert ran == CALLS and not model.parse_errors
+        assert result_texts(agent) == [["configured"]]
+        _check(model, server)
+        rewritten = REWRITTEN_AFTER_ANSWER.get(family.name, ())
+        _assert_canonical(
+            family, tok, model, [("Configure it.", turns)], [["configured"]], [configure], rewritten
+        )
+
+
+MARKUP: list[str] = []
+
+
+@tool
+def echo_markup() -> str:
+    """Print text that looks like special tokens."""
+    return "".join(MARKUP)
+
+
+async def test_special_looking_tool_output_stays_plain_text(family, tok):
+    """A tool that prints the family's end tokens and role tags gets them shown as TEXT: encoded as ordinary
+    tokens, they cannot end the observation, forge a turn or open reasoning (a peer encodes them as the real
+    special tokens)."""
+    MARKUP[:] = [*end_tokens(family, tok), "<|im_start|>assistant", "<think>", "<|user|>", "<|assistant|>"]
+    turns = [family.call_turn(Call("echo_markup", {})), family.answer("Done.")]
+    with _server(family, tok, *turns) as server:
+        model = make_model(tok, server)
+        agent = make_agent(model, [echo_markup])
+        assert str(await agent.invoke_async("Echo.")).strip() == "Done."
+        _check(model, server)
+        observation = list(model.token_manager.segments[2].token_ids)
+        assert "".join(MARKUP) in tok.decode(observation)
+        renderer = ChatRenderer(tok)
+        after = model.token_manager.segments[1].token_ids[-1]
+        _, plain = renderer.encode_continuation([{"role": "tool", "content": "plain"}], after=after)
+        # Special tokens only: added tokens that are not special (Qwen3's <think>, <tool_call>) are ordinary
+        # vocabulary that any encoding of the text gives.
+        specials = {i for i, t in tok.added_tokens_decoder.items() if t.special}
+        assert sorted(t for t in observation if t in specials) == sorted(t for t in plain if t in specials)
+
+
+def _end_of_sequence_cases() -> list[tuple[str, str]]:
+    return [
+        (name, token)
+        for name, fam in sorted(FAMILIES.items())
+        for token in end_tokens(fam, family_tokenizer(name))
+        if token not in stop_tokens(fam)
+    ]
+
+
+async def test_a_stop_token_only_the_server_knows_is_stripped_too():
+    """SGLang also stops on ids of a generation_config.json that does not sit beside the tokenizer (one loaded
+    by hub id): the token the server reports it matched is stripped from the answer like a known one."""
+    family = FAMILIES["hermes"]
+    tok = copy.deepcopy(family_tokenizer("hermes"))
+    tok.name_or_path = qwen3_tokenizer_path()  # the tokenizer files alone: no generation_config.json
+    end_of_text = tok.convert_tokens_to_ids("<|endoftext|>")
+    # the server's generation_config.json declares <|endoftext|> an end id, as Qwen3's does
+    eos = (*stop_tokens(family), "<|endoftext|>")
+    with SGLangTestServer(tok, end_of_turn=stop_tokens(family), eos_tokens=eos) as server:
+        server.script(ServerTurn("It is 5.", stop_token_id=end_of_text))
+        model = make_model(tok, server)
+        result = await make_agent(model, [add]).invoke_async("What is 2+3?")
+        assert end_of_text not in server.generate_requests[0].body["sampling_params"]["stop_token_ids"]
+        assert str(result).strip() == "It is 5."
+        _check(model, server)
+
+
+@pytest.mark.parametrize(("name", "token"), _end_of_sequence_cases())
+async def test_turn_that_ends_on_an_end_of_sequence_token(name, token):
+    """The model's end-of-sequence tokens (tokenizer eos, generation_config.json, <|eom_id|>) end a turn like the
+    template's own: the text the agent returns never holds one, and a follow-up is rendered after it."""
+    family, tok = FAMILIES[name], family_tokenizer(name)
+    end_id = tok.convert_tokens_to_ids(token)
+    first = [family.call_turn(Call("add", {"a": 2, "b": 3})), Turn(content="It is 5.")]
+    second = [family.answer("Now 6.")]
+    with _server(family, tok) as server:
+        script = server_turns(family, tok, [*first, *second])
+        script[1] = ServerTurn(script[1].text, stop_token_id=end_id)
+        server.script(*script)
+        model = make_model(tok, server)
+        agent = make_agent(model, [add])
+        result = await agent.invoke_async("What is 2+3?")
+        assert str(result).strip() == "It is 5.", f"{token} stays out of the answer"
+        assert model.token_manager.segments[3].token_ids[-1] == end_id
+        await agent.invoke_async("Add one more.")
+        _check(model, server)
+        follow_up = tok.decode(list(model.token_manager.segments[4].token_ids))
+        assert follow_up.startswith(family.answer_stop), "the template's own end of the turn follows it"
+        # The trajectory is the template's rendering with the end token where the model wrote it.
+        rewritten = (*REWRITTEN_AFTER_FOLLOW_UP.get(name, ()), token)
+        episodes = [("What is 2+3?", first), ("Add one more.", second)]
+        _assert_canonical(family, tok, model, episodes, [["5"]], [add], rewritten)
 
 
 @pytest.mark.parametrize(
@@ -229,12 +355,17 @@ async def test_length_finish(family, tok):
     long = Turn(content="word " * 200)
     with _server(family, tok, family.call_turn(Call("add", {"a": 2, "b": 3})), long) as server:
         model = make_model(tok, server, params={"max_new_tokens": 40})
+        agent = make_agent(model, [add])
         with pytest.raises(MaxTokensReachedException):
-            await make_agent(model, [add]).invoke_async("What is 2+3?")
+            await agent.invoke_async("What is 2+3?")
         _check(model, server)
         last = model.token_manager.segments[-1]
         assert last.kind == "generated" and len(last) == 40 and last.info.finish_reason == "length"
-        assert not set(last.token_ids) & {tok.convert_tokens_to_ids(t) for t in stop_tokens(family)}
+        assert not set(last.token_ids) & {tok.convert_tokens_to_ids(t) for t in end_tokens(family, tok)}
+        # The partial message Strands keeps is the text of ALL 40 tokens: none ended the turn, none is dropped.
+        (block,) = agent.messages[-1]["content"]
+        decoded = tok.decode(list(last.token_ids))
+        assert decoded.endswith(block["text"]) and block["text"].count("word") == decoded.count("word") > 0
 
 
 async def test_follow_up_user_turn(family, tok):

@@ -33,7 +33,7 @@ from slime_strands.checkpoint import EpisodeCheckpoint, ModelCheckpoint, Pending
 from slime_strands.model_stats import ModelStats
 from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
 from slime_strands.record import Termination
-from slime_strands.testing import SGLangTestServer
+from slime_strands.testing import SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_batch_convertible, assert_sample_matches_server
 from slime_strands.token_manager import TokenManager, TurnInfo
 
@@ -122,7 +122,7 @@ async def test_a_continued_episode_is_the_uninterrupted_one(server, tokenizer, m
         sample,
         state,
         until=lambda: (
-            bool(server.in_flight)
+            policy.parked(sample.session_id)
             if hold and hold[1] in ("running", "queued")
             else HOLD["started"] > 0
             if tool_held
@@ -175,10 +175,10 @@ async def test_a_sample_continued_twice(server, tokenizer, monkeypatch):
     policy.script(sample.session_id, *turns)
     policy.hold(sample.session_id, 2, "running")
     policy.hold(sample.session_id, 4, "running")
-    out = await aborted_run(server, args, sample, state, until=lambda: bool(server.in_flight))
+    out = await aborted_run(server, args, sample, state, until=lambda: policy.parked(sample.session_id))
     assert out.status == S.ABORTED
     out = await aborted_run(
-        server, args, through_the_buffer(out), state, until=lambda: bool(server.in_flight)
+        server, args, through_the_buffer(out), state, until=lambda: policy.parked(sample.session_id)
     )
     assert out.status == S.ABORTED and record(out).continuations == 1
     second_cut = len(out.tokens)
@@ -201,7 +201,9 @@ async def test_a_sample_continued_on_a_restarted_server(tokenizer, monkeypatch):
         sample = new_sample()
         policy.script(sample.session_id, SLOW, SLOW, ANSWER)
         policy.hold(sample.session_id, 2, "running")
-        out = await aborted_run(old, args_for(old), sample, state, until=lambda: bool(old.in_flight))
+        out = await aborted_run(
+            old, args_for(old), sample, state, until=lambda: policy.parked(sample.session_id)
+        )
         old_requests = session_requests(old, sample)
     assert out.status == S.ABORTED
     with SGLangTestServer(tokenizer, routed_experts=(LAYERS, TOPK), weight_version="1") as new:
@@ -267,24 +269,27 @@ OVERFLOWING = (*(add_call(i) for i in range(12)), HUGE, "It printed 40 lines.\nA
 
 
 @pytest.mark.parametrize(
-    ("where", "offset", "mode", "turns"),
+    ("where", "offset", "mode", "turns", "trigger", "overflowed"),
     [
-        ("the summary turn", 0, "running", SIXTEEN),
-        ("the summary turn", 0, "running", OVERFLOWING),  # asked when a tool output did not fit
-        ("the first turn after the compaction", 1, "running", SIXTEEN),
-        ("before the first call after the compaction", 0, "then_abort", SIXTEEN),
+        # the segment reaches trigger_share: the summary is asked after the newest tool result
+        ("the summary turn", 0, "running", SIXTEEN, 0.6, False),
+        # the next turn would not leave the summary's room: it compacts first (asked before the result)
+        ("the summary turn", 0, "running", SIXTEEN, 0.8, True),
+        ("the summary turn", 0, "running", OVERFLOWING, 0.8, True),  # asked when a tool output did not fit
+        ("the first turn after the compaction", 1, "running", SIXTEEN, 0.6, None),
+        ("before the first call after the compaction", 0, "then_abort", SIXTEEN, 0.6, None),
     ],
-    ids=["summary", "summary-after-an-overflow", "after", "before-the-next-call"],
+    ids=["summary", "summary-compacting-first", "summary-after-an-overflow", "after", "before-the-next-call"],
 )
 async def test_a_compacting_episode_continues_across_its_segments(
-    tokenizer, monkeypatch, where, offset, mode, turns
+    tokenizer, monkeypatch, where, offset, mode, turns, trigger, overflowed
 ):
     state = install_generate_state(monkeypatch, tokenizer)
     label = turns[-1].rsplit("{", 1)[1].rstrip("}")
     with SGLangTestServer(tokenizer, context_length=WINDOW, routed_experts=(LAYERS, TOPK)) as server:
         policy = ContinuingPolicy(server, tokenizer, summary_mark=SUMMARY_MARK)
         policy.on_hold = lambda: setattr(state, "aborted", True)
-        args = fanout_args(server, context_management="summarize")
+        args = fanout_args(server, context_management="summarize", compaction={"trigger_share": trigger})
         if turns is OVERFLOWING:  # a short prompt: the segment is half full when the big output comes
             args.strands.update(
                 system_prompt="Add.", tools=["rollout_tools.add", "rollout_tools.huge_output"]
@@ -299,12 +304,10 @@ async def test_a_compacting_episode_continues_across_its_segments(
         sample.label = label
         policy.script(sample.session_id, *turns)
         policy.hold(sample.session_id, summary_turn + offset, mode)
-        out = await aborted_run(server, args, sample, state, until=lambda: bool(server.in_flight))
+        out = await aborted_run(server, args, sample, state, until=lambda: policy.parked(sample.session_id))
         assert out is sample and out.status == S.ABORTED, "an aborted fanned-out episode is one Sample"
         saved = EpisodeCheckpoint.from_data(out.metadata[CHECKPOINT_KEY])
-        assert (saved.compaction_pending is not None) == (where == "the summary turn")
-        if where == "the summary turn":  # its overflowed flag: the summary came before the tool output
-            assert saved.compaction_pending is (turns is OVERFLOWING)
+        assert saved.compaction_pending is overflowed, "a cut compaction is pending, with its overflowed flag"
         assert len(saved.closed) == (0 if where == "the summary turn" else 1)
 
         continued = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
@@ -316,6 +319,41 @@ async def test_a_compacting_episode_continues_across_its_segments(
     else:  # the closed segment was written before the seam, whole; the open one up to the cut
         assert carried[0] == len(continued[0].tokens)
         assert (carried[1] > 0) == (where == "the first turn after the compaction")
+
+
+async def test_a_cut_turn_that_crosses_the_trigger_is_continued_before_any_compaction(tokenizer, monkeypatch):
+    """The abort cuts turn 8 mid-generation, and its input with the partial output fills the segment past
+    ``trigger_share``: the uninterrupted episode compacts only after that turn, so the continuation must first
+    finish the turn (the trajectory it continues) and compact before the next one, as the reference did."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    cut = 8
+    with SGLangTestServer(tokenizer, context_length=WINDOW, routed_experts=(LAYERS, TOPK)) as server:
+        policy = ContinuingPolicy(server, tokenizer)
+        policy.on_hold = lambda: setattr(state, "aborted", True)
+        probe = new_sample(index=0)  # where turn 8 starts and how long it is, without compacting
+        policy.script(probe.session_id, *SIXTEEN)
+        await rollout.generate(args := fanout_args(server), probe, dict(TOP_P_PARAMS))
+        turn = session_requests(server, probe)[cut - 1]
+        written = len(server.answers[turn.body["rid"]][0]) - 1  # the policy's tokens, without the end token
+        at_cut = len(turn.body["input_ids"]) + written // 2  # the stand-in pauses half way
+        trigger = at_cut / WINDOW
+        args = fanout_args(server, context_management="sliding_window", compaction={"trigger_share": trigger})
+
+        ref = new_sample(index=1)
+        ref.label = "16"
+        policy.script(ref.session_id, *SIXTEEN)
+        expected = await rollout.generate(args, ref, dict(TOP_P_PARAMS))
+        assert len(expected) > 1 and len(expected[0].tokens) > at_cut, "it compacts first after turn 8"
+
+        sample = new_sample(index=2)
+        sample.label = "16"
+        policy.script(sample.session_id, *SIXTEEN)
+        policy.hold(sample.session_id, cut, "running")
+        out = await aborted_run(server, args, sample, state, until=lambda: policy.parked(sample.session_id))
+        assert out.status == S.ABORTED and len(out.tokens) == at_cut, "cut half way through turn 8"
+        continued = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+        rec = assert_same_segments(server, continued, expected, sample.session_id)
+    assert rec.continuations == 1 and rec.compactions == record(expected[-1]).compactions
 
 
 async def test_a_subagent_running_at_the_abort_runs_again(tokenizer, monkeypatch):
@@ -334,7 +372,7 @@ async def test_a_subagent_running_at_the_abort_runs_again(tokenizer, monkeypatch
         sample = new_sample(index=1)
         policy.script(sample.session_id, *helper_turns)
         policy.hold(sample.session_id, 3, "running")  # the sub-agent's second turn
-        out = await aborted_run(server, args, sample, state, until=lambda: bool(server.in_flight))
+        out = await aborted_run(server, args, sample, state, until=lambda: policy.parked(sample.session_id))
         assert out.status == S.ABORTED
         saved = EpisodeCheckpoint.from_data(out.metadata[CHECKPOINT_KEY])
         assert saved.closed == () and saved.messages[-1]["role"] == "assistant", "the helper call runs again"
@@ -379,9 +417,36 @@ async def test_a_cut_turn_with_no_room_left_ends_there(server, tokenizer):
     )
     tm.add_prompt(tokenizer.encode(prompt, add_special_tokens=False))
     tm.add_generation([9707, 11, 1879, 0], [-0.1] * 4, TurnInfo("abort"))
-    state = ModelCheckpoint(1, PendingTurn(1, False), (), {}, {}, ModelStats(turns=1))
+    state = ModelCheckpoint(
+        1, PendingTurn(1, False, 4, Termination.MAX_TOKENS), (), {}, {}, ModelStats(turns=1)
+    )
     model.restore_state(tm, state)
     events = [e async for e in model.stream([{"role": "user", "content": [{"text": "hi"}]}])]
     assert not server.generate_requests, "no request: the turn had its tokens"
     assert any(e.get("messageStop", {}).get("stopReason") == "max_tokens" for e in events)
     assert model.stats.turns == 1 and model.token_manager is tm
+
+
+async def test_a_cut_turn_asks_for_the_rest_of_the_budget_it_was_sent_with(server, tokenizer):
+    """The continuation of a turn cut after 4 tokens asks for what the cut left of the ``max_new_tokens`` the
+    turn was SENT with (saved with it), not for a budget made again under the rules of the coming turn (a
+    compaction's reserve, the per-turn cap): the same turn, the same length."""
+    model = SGLangModel(tokenizer=tokenizer, base_url=server.base_url, params={"max_new_tokens": 100})
+    model.update_config(reserved_tokens=50)  # a summary's reserve the cut turn was not sent under
+    tm = TokenManager()
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
+    tm.add_prompt(tokenizer.encode(prompt, add_special_tokens=False))
+    tm.add_generation([9707, 11, 1879, 0], [-0.1] * 4, TurnInfo("abort"))
+    state = ModelCheckpoint(
+        1, PendingTurn(1, False, 10, Termination.CONTEXT_FULL), (), {}, {}, ModelStats(turns=1)
+    )
+    model.restore_state(tm, state)
+    server.script(Turn(" ".join(["word"] * 20), finish="length"))  # writes on past the 6 tokens left
+    [e async for e in model.stream([{"role": "user", "content": [{"text": "hi"}]}])]
+    (request,) = server.generate_requests
+    assert request.body["sampling_params"]["max_new_tokens"] == 10 - 4
+    assert request.body["input_ids"] == tm.token_ids[: len(request.body["input_ids"])]
+    assert model.stats.last_cut is Termination.CONTEXT_FULL, "cut where the turn's own bound cut it"
+    assert len(model.token_manager.segments[-1]) == 6 and model.stats.turns == 1

@@ -168,7 +168,8 @@ async def test_slimes_abort_and_the_next_step_continue_every_episode(slime, toke
         HOLD["on"] = True
 
         task = asyncio.create_task(step(slime, args, 0, prompts))
-        await wait_until(lambda: len(server.in_flight) == 3 and HOLD["started"] == 1)
+        parked = [s for g in fast for s in g] + [s for w, s in cut.items() if w != "tool_run"]
+        await wait_until(lambda: all(policy.parked(s.session_id) for s in parked) and HOLD["started"] == 1)
         gate.set()
         done = await task
         assert sorted(s.index for g in done for s in g) == [0, 1, 2, 3], "the fast groups make the batch"
@@ -219,7 +220,7 @@ async def test_a_sample_continued_twice_and_on_a_restarted_server(slime, tokeniz
             policy.script(sample.session_id, *FAST)
             policy.gate(sample.session_id, 3, gate1)
         task = asyncio.create_task(step(slime, args, 0, prompts))
-        await wait_until(lambda: len(server.in_flight) == 2)
+        await wait_until(lambda: all(policy.parked(s.session_id) for s in [*first, *second]))
         gate1.set()
         await task
         assert slow.status.name == "ABORTED"
@@ -230,7 +231,7 @@ async def test_a_sample_continued_twice_and_on_a_restarted_server(slime, tokeniz
             policy.gate(sample.session_id, 3, gate2)
         policy.hold(slow.session_id, 4, "running")
         task = asyncio.create_task(step(slime, args, 1, prompts))
-        await wait_until(lambda: len(server.in_flight) == 1)
+        await wait_until(lambda: all(policy.parked(s.session_id) for s in [slow, *third]))
         gate2.set()
         await task
         assert slow.status.name == "ABORTED" and slow.metadata["start_rollout_id"] == 0
@@ -280,7 +281,11 @@ async def test_fanned_out_episodes_under_slimes_partial_rollout(slime, tokenizer
             policy.gate(sample.session_id, last_turn, gate)
         task = asyncio.create_task(step(slime, args, 0, prompts))
         finished = mixed[0]  # generate scores a fanned-out episode itself, last
-        await wait_until(lambda: len(server.in_flight) == 1 and finished.reward is not None)
+        await wait_until(
+            lambda: (
+                all(policy.parked(s.session_id) for s in [mixed[1], *fast]) and finished.reward is not None
+            )
+        )
         gate.set()
         await task
         (group,) = prompts.buffer

@@ -24,6 +24,7 @@ from slime_helpers import (
     run,
     session_requests,
 )
+from standin_kit import QWEN3_EOS
 
 from slime_strands import metrics, reward, rollout
 from slime_strands.client import SGLangClient
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.timeout(90)
 
 @pytest.fixture
 def server(tokenizer):
-    with SGLangTestServer(tokenizer, context_length=8192) as srv:
+    with SGLangTestServer(tokenizer, context_length=8192, eos_tokens=QWEN3_EOS) as srv:  # Qwen3's end ids
         yield srv
 
 
@@ -115,7 +116,7 @@ async def test_context_window_exhausted(server):
     args = make_args(server, rollout_max_context_len=prompt_len + 40)
     out = await run(server, args, new_sample(), CALL_ADD, "word " * 100)
     assert out.status == Sample.Status.TRUNCATED
-    assert record(out).termination is Termination.MAX_TOKENS  # the second turn is clamped to the room left
+    assert record(out).termination is Termination.CONTEXT_FULL  # the second turn is clamped to the room left
     assert len(out.tokens) == prompt_len + 40
     # A context too small for the tool result: the episode ends on the first answer, context_full.
     args = make_args(server, rollout_max_context_len=prompt_len + 30)

@@ -354,7 +354,7 @@ async def test_the_window_comes_from_v1_models_and_keeps_sglangs_margin(server, 
         assert (
             len(request.body["input_ids"]) + request.body["sampling_params"]["max_new_tokens"] == window - 6
         )
-    assert out.status == Sample.Status.TRUNCATED and record(out).termination is Termination.MAX_TOKENS
+    assert out.status == Sample.Status.TRUNCATED and record(out).termination is Termination.CONTEXT_FULL
     assert len(out.tokens) == window - 6
 
 

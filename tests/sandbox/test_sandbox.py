@@ -541,6 +541,13 @@ async def test_no_leaks_after_many_runs(sandbox):
         assert not os.path.exists(base)
 
 
+async def test_the_interpreter_runs_are_forked_from_has_one_thread(sandbox):
+    """A fork copies only the forking thread: a lock another thread of the interpreter held (a preloaded
+    module's, the logging or stdio locks) would stay locked in every run, which would hang on it."""
+    tasks = os.listdir(f"/proc/{_zygote_pid(sandbox)}/task")
+    assert len(tasks) == 1, tasks
+
+
 async def test_multiprocessing_and_deep_recursion(sandbox):
     pool = await sandbox.run(
         "from multiprocessing import Pool\nwith Pool(2) as p:\n    print(p.map(abs, [-1, -2, 3]))"

@@ -35,6 +35,8 @@ def test_check_template_reports_each_family(tmp_path, capsys, name, parser, end)
     assert main(["check-template", str(tmp_path), "--enable-thinking", "none"]) == 0
     out = capsys.readouterr().out
     assert f"tool parser: {parser} (" in out and end in out and "token-in/token-out: safe" in out
+    if name == "llama3":  # SGLang stops on it for every tokenizer that has it
+        assert "end of sequence: '<|eom_id|>' (also end a turn)" in out
 
 
 def test_check_template_says_why_no_parser_fits(tokenizer, tmp_path, capsys):
@@ -47,9 +49,37 @@ def test_check_template_says_why_no_parser_fits(tokenizer, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "NOT usable" in out and "tool parser: none (tool_parser: auto cannot tell" in out
     assert "token-in/token-out: safe" in out, "rendering is fine; only the parser is unknown"
+    # Named explicitly, hermes is checked against what the template renders: it finds no <tool_call> there.
     assert (
-        main(["check-template", str(tmp_path), "--enable-thinking", "none", "--tool-parser", "hermes"]) == 0
+        main(["check-template", str(tmp_path), "--enable-thinking", "none", "--tool-parser", "hermes"]) == 1
     )
+    out = capsys.readouterr().out
+    assert "NOT usable" in out and "hermes cannot read the tool call the chat template renders" in out
+    assert "it finds no tool call" in out and "[TOOL_CALLS]" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "parser", "why"),
+    [
+        ("glm45", "hermes", "bad_json: the tool call is not valid JSON"),  # GLM-4.6's <arg_key> calls
+        ("hermes", "glm45", "missing_name"),  # Qwen3's JSON calls
+        ("qwen3_coder", "hermes", "bad_json"),
+        ("llama3", "deepseekv31", "it finds no tool call"),
+    ],
+)
+def test_check_template_refuses_a_named_parser_that_cannot_read_the_template(
+    tmp_path, capsys, name, parser, why
+):
+    family_tokenizer(name).save_pretrained(tmp_path)
+    argv = ["check-template", str(tmp_path), "--enable-thinking", "none", "--tool-parser", parser]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "enable_thinking=None: NOT usable" in out and f"tool parser: {parser} (set explicitly, but" in out
+    assert f"{parser} cannot read the tool call the chat template renders" in out and why in out
+    assert "probe_tool" in out, "the rendered call is shown"
+    assert main(["check-template", str(tmp_path), "--enable-thinking", "none", "--tool-parser", name]) == 0
+    out = capsys.readouterr().out
+    assert ": ok" in out and "set explicitly; it reads the tool call the chat template renders" in out
 
 
 def test_check_template_rejects_history_dependent_tool_rendering(tokenizer, tmp_path, capsys):

@@ -107,6 +107,80 @@ def test_qwen3_coder_converts_values_by_schema():
     assert isinstance(call.input["n"], int) and isinstance(call.input["s"], str)
 
 
+def test_qwen3_coder_reads_values_as_its_template_writes_them_with_jinja_string():
+    """The vendor's template writes every non-string value with Jinja's ``string`` filter: Python's str()."""
+    value = {"k": 'it\'s "é"', "n": [1, 2.5, None, True], "deep": {"x": [[{}]]}}
+    text = (
+        "<tool_call>\n<function=mix>\n"
+        f"<parameter=cfg>\n{value}\n</parameter>\n<parameter=items>\n{[1, 'x', False]}\n</parameter>\n"
+        f"<parameter=flag>\n{True}\n</parameter>\n<parameter=maybe>\n{None}\n</parameter>\n"
+        "</function>\n</tool_call>"
+    )
+    (call,) = _calls(Qwen3CoderToolParser(), text)
+    assert call.input == {"cfg": value, "items": [1, "x", False], "flag": True, "maybe": None}
+
+
+def test_qwen3_coder_python_literals_never_run_code():
+    ran = []
+    hostile = "__import__('builtins').print('ran') or [ran.append(1)]"
+    for parameter in ("cfg", "items"):
+        text = f"<tool_call>\n<function=mix>\n<parameter={parameter}>\n{hostile}\n</parameter>\n</function>\n</tool_call>"
+        assert _only_error(_calls(Qwen3CoderToolParser(), text)).kind == "bad_arguments"
+    deep = "[" * 100_000 + "]" * 100_000
+    text = f"<tool_call>\n<function=mix>\n<parameter=items>\n{deep}\n</parameter>\n</function>\n</tool_call>"
+    assert _only_error(_calls(Qwen3CoderToolParser(), text)).kind == "bad_arguments"
+    huge = "[" + "9" * 10_000 + "]"
+    text = f"<tool_call>\n<function=mix>\n<parameter=items>\n{huge}\n</parameter>\n</function>\n</tool_call>"
+    assert _only_error(_calls(Qwen3CoderToolParser(), text)).kind == "bad_arguments"
+    assert ran == []
+
+
+NULLABLE = {
+    "opt": {
+        "type": "object",
+        "properties": {
+            "either": {"type": ["string", "null"]},
+            "text": {"type": "string"},
+            "defaulted": {"type": "string", "default": None},
+            "any_of": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "free": {},
+        },
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("parameter", "written", "expected"),
+    [
+        ("either", "None", None),
+        ("either", "null", None),
+        ("either", "Nonesuch", "Nonesuch"),
+        ("text", "None", "None"),  # a plain string parameter: the schema says it is the text
+        ("text", "null", "null"),
+        ("defaulted", "None", None),  # Strands writes `x: str | None = None` with a null default
+        ("any_of", "None", None),
+        ("any_of", "3", 3),
+        ("free", "None", None),
+        ("free", "{'a': [1]}", {"a": [1]}),
+        ("free", "True", True),
+        ("free", "hello", "hello"),
+        ("free", "'quoted'", "'quoted'"),
+    ],
+)
+def test_qwen3_coder_null_is_decided_by_the_schema(parameter, written, expected):
+    text = f"<tool_call>\n<function=opt>\n<parameter={parameter}>\n{written}\n</parameter>\n</function>\n</tool_call>"
+    (call,) = Qwen3CoderToolParser().parse(text, tools=NULLABLE).calls
+    assert isinstance(call, ToolCall) and call.input == {parameter: expected}
+
+
+def test_glm_reads_json_only_as_its_template_writes_tojson():
+    python = "<tool_call>mix<arg_key>cfg</arg_key><arg_value>{'k': 1}</arg_value></tool_call>"
+    error = _only_error(_calls(Glm47ToolParser(), python))
+    assert "expected an object (JSON), got" in error.message
+    json_text = '<tool_call>mix<arg_key>cfg</arg_key><arg_value>{"k": 1}</arg_value></tool_call>'
+    assert _calls(Glm47ToolParser(), json_text)[0].input == {"cfg": {"k": 1}}
+
+
 def test_qwen3_coder_keeps_multiline_string_values():
     text = "<tool_call>\n<function=run>\n<parameter=code>\nprint(1)\n\nprint(2)\n</parameter>\n</function>\n</tool_call>"
     (call,) = _calls(Qwen3CoderToolParser(), text)
@@ -120,8 +194,15 @@ def test_qwen3_coder_keeps_multiline_string_values():
         ("n", "7.5", "expected an integer"),
         ("x", "fast", "expected a number"),
         ("flag", "yes", "expected true or false"),
-        ("items", "{}", "expected a JSON array"),
-        ("cfg", "[1]", "expected a JSON object"),
+        ("items", "{}", "expected an array (JSON or a Python literal)"),
+        ("cfg", "[1]", "expected an object (JSON or a Python literal)"),
+        ("cfg", "{1: 2}", "expected an object"),
+        ("items", "(1, 2)", "expected an array"),
+        ("items", "{1, 2}", "expected an array"),
+        ("cfg", "{'k': b'x'}", "expected an object"),
+        ("cfg", "{'k': 1j}", "expected an object"),
+        ("n", "None", "expected an integer"),
+        ("flag", "null", "expected true or false"),
     ],
 )
 def test_qwen3_coder_value_that_does_not_fit_the_schema(parameter, value, reason):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from family_kit import FAMILIES, family_tokenizer
+from family_kit import FAMILIES, TEMPLATES, family_tokenizer
 
 from slime_strands import SGLangModel
 from slime_strands.chat import ChatRenderer, TemplateError
@@ -34,6 +34,20 @@ EXPECTED = {
 }
 
 
+# The model's end-of-sequence tokens that are not stop tokens: the tokenizer's eos, the checkpoint's
+# generation_config.json (family_kit writes the vendor's ids beside each test tokenizer) and <|eom_id|> where
+# the vocabulary has it (Kimi's test tokenizer is Llama 3's with Kimi's tokens added, so it has one too).
+END_TOKENS = {
+    "hermes": ("<|endoftext|>",),
+    "qwen3_coder": ("<|endoftext|>",),
+    "glm45": ("<|endoftext|>",),
+    "glm47": ("<|endoftext|>",),
+    "kimi_k2": ("<|eom_id|>",),
+    "deepseekv31": (),
+    "llama3": ("<|eom_id|>", "<|end_of_text|>"),
+}
+
+
 @pytest.mark.parametrize("enable_thinking", [None, True, False])
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_probe_and_detection_for_every_family(name, enable_thinking):
@@ -44,6 +58,11 @@ def test_probe_and_detection_for_every_family(name, enable_thinking):
     facts = renderer.facts
     assert (facts.turn_end, facts.stop_tokens, facts.arguments_as) == (turn_end, stops, arguments)
     assert facts.stop_token_ids == tuple(tok.convert_tokens_to_ids(t) for t in stops)
+    assert facts.end_tokens == END_TOKENS[name]
+    assert facts.end_token_ids == tuple(tok.convert_tokens_to_ids(t) for t in END_TOKENS[name])
+    assert renderer.turn_end_ids == facts.stop_token_ids + facts.end_token_ids
+    in_place = (tok.convert_tokens_to_ids("<|eom_id|>"),) if name == "llama3" else ()
+    assert facts.closing_in_place == in_place, "only <|eom_id|>, and only where the template closes with eot"
     if enable_thinking is None:
         assert facts.generation_prompt == prompt
     assert detect_tool_parser(renderer)[0] == name
@@ -116,6 +135,61 @@ def test_kimi_shows_the_model_call_id_with_the_result():
         text
         == "<|im_end|><|im_system|>tool<|im_middle|>## Return of functions.add:0\n5<|im_end|><|im_assistant|>assistant<|im_middle|>"
     )
+
+
+def test_llama_eom_closes_the_turn_in_place_of_eot():
+    """Llama 3 ends a tool call with <|eom_id|> (the template says "Environment: ipython"): the continuation is
+    what the template renders after the turn's closing token, which <|eom_id|> replaces; any other end token
+    (<|end_of_text|>) is followed by the template's <|eot_id|>."""
+    tok = family_tokenizer("llama3")
+    renderer = ChatRenderer(tok)
+    eom, eot, end_of_text = (
+        tok.convert_tokens_to_ids(t) for t in ("<|eom_id|>", "<|eot_id|>", "<|end_of_text|>")
+    )
+    tool = [{"role": "tool", "content": "5"}]
+    after_eot = renderer.encode_continuation(tool, after=eot)
+    assert after_eot[0] == '<|start_header_id|>ipython<|end_header_id|>\n\n"5"<|eot_id|>' + (
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    assert renderer.encode_continuation(tool, after=eom) == after_eot
+    text, ids = renderer.encode_continuation(tool, after=end_of_text)
+    assert text == "<|eot_id|>" + after_eot[0] and ids == [eot, *after_eot[1]]
+    assert renderer.without_stop_token([1, 2, eom]) == [1, 2]
+    assert renderer.without_stop_token([1, 2, end_of_text]) == [1, 2]
+    assert renderer.without_stop_token([1, 2, 3]) == [1, 2, 3], "only a token that ends a turn is dropped"
+    assert renderer.without_stop_token([1, 2, 3], 3) == [1, 2], "the token the server says it stopped on"
+
+
+def test_llama31_ipython_mode_renders_eom_itself():
+    """Llama 3.1 / 3.3's templates close a tool-call turn with <|eom_id|> when ``builtin_tools`` is set: the
+    probe accepts it, and a continuation after the model's <|eom_id|> is exactly what the template renders."""
+    llama = (TEMPLATES / "llama32.jinja").read_text()
+    eot_after_call = "{{ '}<|eot_id|>' }}"
+    assert eot_after_call in llama
+    ipython = llama.replace(
+        eot_after_call, "{{ '}' + ('<|eom_id|>' if builtin_tools is defined else '<|eot_id|>') }}"
+    )
+    tok = _with_template("llama3", ipython)
+    renderer = ChatRenderer(tok, template_kwargs={"builtin_tools": ["brave_search"]})
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 1}}}
+    conversation = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "5"},
+    ]
+    full = renderer.render(conversation)
+    turn = '{"name": "add", "parameters": {"a": 1}}<|eom_id|>'
+    assert turn in full
+    text, _ = renderer.encode_continuation(conversation[2:], after=tok.convert_tokens_to_ids("<|eom_id|>"))
+    assert full.endswith(turn + text)
+
+
+def test_eom_is_no_closing_token_where_the_template_closes_with_another():
+    renderer = ChatRenderer(family_tokenizer("kimi_k2"))  # Llama 3's vocabulary, Kimi's <|im_end|> template
+    eom = renderer.encode("<|eom_id|>")[0]
+    assert eom in renderer.turn_end_ids and renderer.facts.closing_in_place == ()
+    text, _ = renderer.encode_continuation([{"role": "user", "content": "More?"}], after=eom)
+    assert text.startswith("<|im_end|>"), "the template's closing token follows it"
 
 
 def test_llama_tool_results_are_ipython_turns():

@@ -37,6 +37,14 @@ def test_context_management_is_off_by_default():
     assert summarize.fans_out and summarize.compaction.trigger_share == 1.0
 
 
+def test_summarize_takes_a_summary_budget_and_the_window_it_falls_back_to():
+    assert CompactionSettings().summary_max_tokens is None, "by default sized from the window"
+    settings = PluginSettings.from_mapping(
+        {"context_management": "summarize", "compaction": {"summary_max_tokens": 256, "window_size": 4}}
+    )
+    assert settings.compaction.summary_max_tokens == 256 and settings.compaction.window_size == 4
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -70,8 +78,16 @@ def test_context_management_is_off_by_default():
             "compaction.trigger_share is set but context_management is 'none'",
         ),
         (
-            {"context_management": "summarize", "compaction": {"window_size": 4}},
-            "compaction.window_size only applies to context_management: sliding_window",
+            {"context_management": "sliding_window", "compaction": {"summary_max_tokens": 256}},
+            "compaction.summary_max_tokens only applies to context_management: summarize",
+        ),
+        (
+            {"context_management": "summarize", "compaction": {"summary_max_tokens": 0}},
+            "compaction.summary_max_tokens must be >= 1 or null, got 0",
+        ),
+        (
+            {"context_management": "summarize", "compaction": {"summary_max_tokens": True}},
+            "compaction.summary_max_tokens: expected int, got a boolean",
         ),
         (
             {"context_management": "sliding_window", "compaction": {"summary_ratio": 0.5}},

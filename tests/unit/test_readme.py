@@ -1,29 +1,123 @@
-"""README's opening commands are what CI runs; the public API it documents exists."""
+"""The README and docs/ against the code: the README's opening commands are what CI runs, and every name, link,
+command-line flag, setting, exit status and metric the pages show exists."""
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import importlib
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PACKAGE = ROOT / "slime_strands"
+README = ROOT.joinpath("README.md").read_text()
+PAGES = {path: path.read_text() for path in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]}
+ALL_TEXT = "\n".join(PAGES.values())
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 
 
-def _readme_commands() -> list[str]:
-    lines = ROOT.joinpath("README.md").read_text().splitlines()
-    start = lines.index("```bash")
-    block = lines[start + 1 : lines.index("```", start + 1)]
-    return [line for line in block if line and not line.startswith("#")]
+def _doc(name: str) -> str:
+    return PAGES[DOCS / name]
 
 
-def test_readme_starts_with_two_commands_and_ci_runs_the_test_one():
-    train, test = _readme_commands()
-    assert "scripts/strands_qwen3_8b.sh" in train
-    ci_lines = ROOT.joinpath(".ci", "run").read_text().splitlines()
-    assert test in ci_lines, "the README's test command must appear verbatim in .ci/run"
-    assert "pytest" in test and "pip install" in test
+def _section(text: str, title: str) -> str:
+    """The text of the section whose heading line starts with ``title``, up to the next heading of its level."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    level = len(title) - len(title.lstrip("#"))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if re.match(rf"#{{1,{level}}} ", lines[i])), len(lines)
+    )
+    return "\n".join(lines[start:end])
+
+
+def _prose(text: str) -> str:
+    """``text`` without its fenced blocks and inline code: what a reader sees as words, links and headings."""
+    return re.sub(r"`[^`]*`", "", FENCE.sub("", text))
+
+
+# -- the README's top: the two set-up commands, and CI runs the second as written ---------------------------
+
+
+def _opening_commands() -> tuple[list[str], list[str]]:
+    """The README's first two fenced blocks, which must both be bash and come before its first section."""
+    first_section = README.index("\n## ")
+    blocks = [m for m in FENCE.finditer(README) if m.start() < first_section]
+    assert [m.group(1) for m in blocks] == ["bash", "bash"], (
+        "two bash blocks before the README's first section"
+    )
+    train, test = (m.group(2).splitlines() for m in blocks)
+    return train, test
+
+
+def test_readme_is_one_screen_that_opens_with_the_two_commands():
+    assert len(README.splitlines()) < 150
+    train, test = _opening_commands()
+    assert "bash scripts/strands_qwen3_8b.sh" in train
+    assert any(line.startswith("pip install") and "'.[test]'" in line for line in test)
+    for command in ("ruff check .", "ruff format --check .", "mypy", "pytest -q"):
+        assert command in test, command
+    long = [line for line in train + test if len(line) > 110]
+    assert long == [], "one short command a line: no long one-liners"
+
+
+def test_ci_runs_the_readme_test_command_as_written():
+    _, test = _opening_commands()
+    printed = subprocess.run(
+        ["bash", ".ci/readme-command", "--print"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert printed.splitlines() == test
+    ci = ROOT.joinpath(".ci", "run").read_text().splitlines()
+    commands = [line for line in ci if line.strip() and not line.lstrip().startswith("#")]
+    assert commands[-1] == "bash .ci/readme-command", "the last thing CI runs is the README's test command"
+
+
+def _run_block(tmp_path: Path, *lines: str) -> subprocess.CompletedProcess[str]:
+    """.ci/readme-command on a README whose test block is ``lines``, run in ``tmp_path``."""
+    readme = tmp_path / "README.md"
+    marker = "<!-- .ci/run runs the next block exactly as written -->"
+    readme.write_text("\n".join(["# x", "", marker, "```bash", *lines, "```", "", "## Next", ""]))
+    return subprocess.run(
+        ["bash", str(ROOT / ".ci" / "readme-command"), str(readme)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_readme_command_stops_at_the_first_line_that_fails(tmp_path):
+    # `false && true` as a line: bash's `set -e` does not stop on a failure left of `&&`, a runner must.
+    result = _run_block(tmp_path, "touch first", "false && true", "touch after")
+    assert result.returncode != 0
+    assert (tmp_path / "first").exists()
+    assert not (tmp_path / "after").exists()
+    assert "README $ false && true" in result.stdout
+
+
+def test_the_readme_command_runs_its_lines_in_one_shell_with_their_own_stdin(tmp_path):
+    # A variable set (or a virtualenv activated) on one line holds on the next; a line reading its stdin
+    # gets the runner's stdin, not the rest of the block.
+    result = _run_block(tmp_path, "# a comment", "", "value=42", "cat > swallowed", 'echo "$value" > kept')
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "kept").read_text() == "42\n"
+    assert (tmp_path / "swallowed").read_text() == ""
+
+
+def test_the_readme_command_refuses_a_readme_without_its_block(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n```bash\npytest -q\n```\n")
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "readme-command"), str(readme)], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "has no test command" in result.stderr
+
+
+# -- every page against the code and against each other ------------------------------------------------------
 
 
 def test_public_api_names():
@@ -35,25 +129,8 @@ def test_public_api_names():
     assert HermesToolParser.name == "hermes"
 
 
-# -- the README against the code --------------------------------------------------------------------
-
-README = ROOT.joinpath("README.md").read_text()
-PACKAGE = ROOT / "slime_strands"
-
-
-def _section(title: str) -> str:
-    """The text of the section whose heading line starts with ``title``, up to the next heading of its level."""
-    lines = README.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(title))
-    level = len(title) - len(title.lstrip("#"))
-    end = next(
-        (i for i in range(start + 1, len(lines)) if re.match(rf"#{{1,{level}}} ", lines[i])), len(lines)
-    )
-    return "\n".join(lines[start:end])
-
-
 def test_every_dotted_slime_strands_name_exists():
-    names = set(re.findall(r"\bslime_strands(?:\.\w+)+", README))
+    names = set(re.findall(r"\bslime_strands(?:\.\w+)+", ALL_TEXT))
     assert len(names) > 10, names
     for name in sorted(names):
         parts = name.split(".")
@@ -63,22 +140,65 @@ def test_every_dotted_slime_strands_name_exists():
             except ImportError:
                 continue
             for attr in parts[cut:]:
-                assert hasattr(target, attr), f"README names {name}: {target.__name__} has no {attr!r}"
+                assert hasattr(target, attr), f"the docs name {name}: {target.__name__} has no {attr!r}"
                 target = getattr(target, attr)
             break
         else:
-            raise AssertionError(f"README names {name}, which does not import")
+            raise AssertionError(f"the docs name {name}, which does not import")
+
+
+def _anchors(text: str) -> set[str]:
+    """The anchors GitHub gives the headings of a page: lower case, punctuation dropped, spaces to hyphens,
+    ``-1``, ``-2`` ... for repeats."""
+    seen: collections.Counter[str] = collections.Counter()
+    anchors = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", text), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
+        seen[slug] += 1
+    return anchors
+
+
+def test_every_link_between_the_pages_resolves():
+    checked = 0
+    for page, text in PAGES.items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(text)):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            assert file.exists(), f"{page.name}: link to {target}: no such file"
+            if anchor:
+                assert anchor in _anchors(file.read_text()), f"{page.name}: link to {target}: no such heading"
+            checked += 1
+    assert checked > 30, checked
+
+
+def test_the_readme_links_every_docs_page():
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", README))
+    assert linked == {path.name for path in DOCS.glob("*.md")}
+
+
+def test_benchmark_tables_live_only_in_performance_md():
+    figure = re.compile(r"\d[\d,.]*\s?(?:ms|µs|/s)\b|\b\d+\.\d+x\b")
+    assert figure.search(_doc("performance.md"))
+    for page, text in PAGES.items():
+        if page.name == "performance.md":
+            continue
+        rows = [line for line in FENCE.sub("", text).splitlines() if line.startswith("|")]
+        measured = [row for row in rows if figure.search(row)]
+        assert measured == [], f"{page.name}: a table of measured figures belongs in docs/performance.md"
 
 
 def test_layout_lists_every_module_and_nothing_else():
-    block = _section("## Layout").split("```")[1]
+    block = _section(_doc("architecture.md"), "## Layout").split("```")[1]
     listed = set(re.findall(r"\b(\w+\.py|\w+/)", block))
     modules = {p.name for p in PACKAGE.glob("*.py")} | {
         f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()
     }
     for package in (p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
         modules |= {p.name for p in package.glob("*.py")}
-    assert modules - listed == set(), "modules missing from the README's Layout"
+    assert modules - listed == set(), "modules missing from the Layout in docs/architecture.md"
     stale = {name for name in listed - modules if name.endswith(".py")}
     assert stale == set(), "the Layout lists modules that do not exist"
 
@@ -86,7 +206,7 @@ def test_layout_lists_every_module_and_nothing_else():
 def test_the_settings_table_lists_every_setting():
     from slime_strands.settings import PluginSettings
 
-    table = _section("### Plugin settings")
+    table = _section(_doc("slime.md"), "## Plugin settings")
     keys = set()
     for row in table.splitlines():
         if row.startswith("| `"):
@@ -95,13 +215,13 @@ def test_the_settings_table_lists_every_setting():
 
 
 def _command_lines() -> list[str]:
-    """Every ``slime-strands ...`` command written in the README: in bash blocks (continuation lines joined)
+    """Every ``slime-strands ...`` command written on the pages: in bash blocks (continuation lines joined)
     and in inline code."""
     found = []
-    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", ALL_TEXT, re.S):
         joined = re.sub(r"\\\n\s*|\n\s+\[", " [", block).replace(" [ ", " ")
         found += [line.split(" #")[0] for line in joined.splitlines() if line.startswith("slime-strands ")]
-    found += re.findall(r"`(slime-strands [^`]+)`", README.replace("\n", " "))
+    found += re.findall(r"`(slime-strands [^`]+)`", ALL_TEXT.replace("\n", " "))
     return [line for line in found if re.fullmatch(r"[a-z-]+", line.split()[1])]  # not error messages
 
 
@@ -120,7 +240,7 @@ def test_every_command_line_flag_exists():
 def test_the_exit_status_table_is_the_code():
     from slime_strands import command_errors
 
-    table = _section("## The command line")
+    table = _section(_doc("cli.md"), "## Errors and exit statuses")
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
     assert documented == {value for name, value in vars(command_errors).items() if name.startswith("EXIT_")}
 
@@ -144,7 +264,7 @@ def test_every_rollout_metric_key_is_logged():
     logged = set(aggregate([sample]))
     cells = [
         row.split("|")[1]
-        for row in _section("### 5. Watch it in wandb").splitlines()
+        for row in _section(_doc("training.md"), "## 5. Watch it in wandb").splitlines()
         if "`rollout/strands/" in row
     ]
     keys = [k.removeprefix("rollout/strands/") for cell in cells for k in re.findall(r"`([^`]+)`", cell)]

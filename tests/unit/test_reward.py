@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import types
 from pathlib import Path
 
@@ -258,3 +259,32 @@ def test_reasoning_opened_by_the_generation_prompt_is_not_an_answer():
     assert final_answer_text(history + cut, {"strands": {"final_turn_chars": len(cut)}}) == ""
     done = "thinking</think>Answer: 34<|user|>"
     assert grade(history + done, "34", metadata={"strands": {"final_turn_chars": len(done)}}) is True
+
+
+CALL_OPENERS = {
+    "qwen3": "<tool_call>",
+    "glm45": "<tool_call>",
+    "glm47": "<tool_call>",
+    "kimi_k2": "<|tool_calls_section_begin|>",
+    "deepseekv31": "<｜tool▁calls▁begin｜>",
+    "llama3": '{"name"',
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_RESPONSES))
+def test_without_metadata_only_the_last_assistant_turn_is_graded(family):
+    """No rollout metadata: the final turn starts at the LAST assistant-turn marker. An earlier turn that wrote
+    "Answer: 34" and then called a tool is history; a final turn without an answer grades False."""
+    history, final = FAMILY_RESPONSES[family]
+    opener = CALL_OPENERS[family]
+    answered_then_called = history.replace(opener, "Answer: 34\n" + opener, 1)
+    assert answered_then_called != history
+    unanswered = final.replace("Answer: \\boxed{34}", "Answer: 34").replace("Answer: 34", "I cannot tell.")
+    assert unanswered != final
+    end = re.search(r"<[|｜][^<>]*[|｜]>$", final)
+    assert end is not None
+    bare = "I cannot tell." + end.group()  # a final turn without reasoning (nothing to split the text at)
+    assert grade(history + answered_then_called + final, "34") is True
+    for last in (unanswered, bare):
+        assert grade(history + answered_then_called + last, "34") is False
+        assert "Answer: 34" not in final_answer_text(history + answered_then_called + last)

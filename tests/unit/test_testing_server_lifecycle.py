@@ -4,11 +4,13 @@ them), keep-alive connections a client still holds included, as a real server cl
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from standin_kit import post, prompt, send_and_hang_up, wait_until
 
 from slime_strands import SGLangClient
-from slime_strands.testing import SGLangTestServer
+from slime_strands.testing import SGLangTestServer, Turn
 
 
 def _server_threads() -> set[threading.Thread]:
@@ -33,3 +35,23 @@ def test_a_server_is_started_once(tokenizer):
     with SGLangTestServer(tokenizer) as server, pytest.raises(RuntimeError, match="already running"):
         server.start()
     server.start().stop()  # a stopped server can start again
+
+
+def test_stop_ends_waiting_and_running_requests_and_their_threads(tokenizer):
+    """A request running, one waiting in the queue and one whose client hung up: stop() answers or drops each
+    and joins every thread."""
+    before = _server_threads()
+    server = SGLangTestServer(tokenizer, context_length=100, kv_capacity=100).start()
+    server.script(Turn("held", delay_s=600), Turn("held too", delay_s=600))
+    request = {"input_ids": prompt(tokenizer, 15), "sampling_params": {"max_new_tokens": 60}}
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(post, server, "/generate", {**request, "rid": "running"})
+        wait_until(lambda: server.running == ["running"])
+        waiting = pool.submit(post, server, "/generate", {**request, "rid": "waiting"})
+        wait_until(lambda: server.waiting == ["waiting"])
+        send_and_hang_up(server, {**request, "rid": "gone"}, until=lambda: "gone" in server.waiting)
+        server.stop()
+        assert running.result()[1]["meta_info"]["finish_reason"]["message"] == "Aborted"
+        assert waiting.result()[1]["meta_info"]["finish_reason"]["message"] == "Abort in waiting queue"
+    assert _server_threads() - before == set()
+    assert server.in_flight == []
