@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from strands import Agent
@@ -103,20 +104,21 @@ async def run_episode(
     if tools is None:
         tools = import_tools(settings)
     signal = None if should_stop is None else _signal(should_stop)
-    if signal is not None and signal():  # nothing happens: an episode to continue keeps its checkpoint
-        return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation, checkpoint=resume)
+    stopped = signal is not None and signal()
+    if stopped and resume is None:
+        return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
     try:
         episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
         if resume is not None:
-            episode = _resumed(
-                episode, resume, lambda: _build(tokenizer, client, settings, spec, tools, signal, hooks)
-            )
+            fresh = partial(_build, tokenizer, client, settings, spec, tools, signal, hooks)
+            episode = _resumed(episode, resume, fresh, going_on=not stopped)
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only
         record = _failed(spec, exc)
     else:
-        termination, error = await _run(episode, settings)
+        # aborted before it went on: an episode to continue is written (and saved) as its checkpoint left it
+        termination, error = (Termination.ABORTED, None) if stopped else await _run(episode, settings)
         record = await _summarize(episode, spec, termination, error)
     record.wall_time_s = time.perf_counter() - started
     return record
@@ -126,8 +128,11 @@ def _signal(should_stop: Callable[[], bool]) -> AbortSignal:
     return should_stop if isinstance(should_stop, AbortSignal) else AbortSignal(should_stop)
 
 
-def _resumed(episode: _Episode, checkpoint: EpisodeCheckpoint, fresh: Callable[[], _Episode]) -> _Episode:
-    """``episode`` continuing from ``checkpoint``; a new episode from the prompt when it does not restore."""
+def _resumed(
+    episode: _Episode, checkpoint: EpisodeCheckpoint, fresh: Callable[[], _Episode], *, going_on: bool
+) -> _Episode:
+    """``episode`` continuing from ``checkpoint``; a new episode from the prompt when it does not restore.
+    ``going_on``: false when slime aborted before it went on (it is no continuation: its counts stay)."""
     try:
         restore(
             checkpoint,
@@ -142,8 +147,8 @@ def _resumed(episode: _Episode, checkpoint: EpisodeCheckpoint, fresh: Callable[[
         logger.warning("slime-strands: the episode's checkpoint does not restore (%s): it starts again", exc)
         return fresh()
     episode.prompt = None  # the conversation is there: the agent goes on from its last message
-    episode.continuations = checkpoint.continuations + 1
-    episode.turns_saved = checkpoint.turns_saved + checkpoint.turns
+    episode.continuations = checkpoint.continuations + going_on
+    episode.turns_saved = checkpoint.turns_saved + (checkpoint.turns if going_on else 0)
     return episode
 
 

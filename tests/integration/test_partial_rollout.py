@@ -192,6 +192,36 @@ async def test_a_sample_continued_twice(server, tokenizer, monkeypatch):
     assert metrics.aggregate([out])["continued_more_than_once"] == 1.0
 
 
+async def test_a_sample_aborted_again_before_it_goes_on_stays_as_it_was(server, tokenizer, monkeypatch):
+    """slime hands a recycled sample back while its abort flag is already up (a step that ends at once): the
+    episode does not go on, and the sample keeps the cut trajectory and the same checkpoint (no continuation
+    counted); the next step continues it as if that step had not been."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    policy = ContinuingPolicy(server, tokenizer)
+    args = args_for(server, mask=True)
+    turns = (SLOW, SLOW, ANSWER)
+    sample = new_sample()
+    policy.script(sample.session_id, *turns)
+    policy.hold(sample.session_id, 2, "running")
+    out = await aborted_run(server, args, sample, state, until=lambda: policy.parked(sample.session_id))
+    saved, cut_at, asked = out.metadata[CHECKPOINT_KEY], list(out.tokens), len(server.generate_requests)
+
+    state.aborted = True
+    again = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+    state.aborted = False
+    assert again.status == S.ABORTED and len(server.generate_requests) == asked, "nothing was sent"
+    assert list(again.tokens) == cut_at and again.response_length == out.response_length
+    assert again.rollout_log_probs == out.rollout_log_probs and again.loss_mask == out.loss_mask
+    assert again.metadata[CHECKPOINT_KEY] == saved, "the same checkpoint, counts included"
+    assert record(again).continuations == 0 and record(again).turns_saved == 0
+
+    done = await rollout.generate(args, through_the_buffer(again), dict(TOP_P_PARAMS))
+    assert done.status == S.COMPLETED and record(done).continuations == 1
+    seam = len(cut_at) - (len(done.tokens) - done.response_length)
+    assert_sample_matches_server(done, server, routing_key=done.session_id, masked_before=seam)
+    assert_same_episode(done, await reference(server, policy, args, turns), masked_before=seam)
+
+
 async def test_a_sample_continued_on_a_restarted_server(tokenizer, monkeypatch):
     """The server restarts between the steps with new weights: the continuation is sent to the new server,
     whose answers carry the new weight version; everything else is as if nothing had happened."""
