@@ -37,12 +37,14 @@ from .client import (
     RequestHandle,
     SGLangClient,
     SGLangContextLengthError,
+    SGLangError,
     TokenIdsJSON,
 )
 from .errors import SlimeStrandsError
 from .families import select_tool_parser
 from .model_stats import ModelStats
 from .record import Termination
+from .resume import AbortSignal
 from .sampling import SGLANG_SAMPLING_KEYS, check_sampling_keys
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
@@ -378,6 +380,29 @@ class SGLangModel(Model):
         is sent and a turn ends as aborted."""
         await self.client.abort(self._requests)
 
+    async def _generate(self, *args: Any, **kwargs: Any) -> GenerateResult:
+        """``client.generate`` for this trajectory. When ``abort_expected`` is an
+        :class:`~slime_strands.resume.AbortSignal` (an episode's abort flag), the moment it holds the request
+        is aborted by its exact ids (:meth:`abort`): the turn in flight ends at once with the tokens written so
+        far, whether or not anyone aborts the whole server (slime does, but a router between may keep a
+        request it sent late), and no attempt of it is sent after that."""
+        signal = self.config["abort_expected"]
+        if not isinstance(signal, AbortSignal):
+            return await self.client.generate(*args, handle=self._requests, **kwargs)
+        answer = asyncio.ensure_future(self.client.generate(*args, handle=self._requests, **kwargs))
+        aborting = asyncio.ensure_future(signal.wait())
+        try:
+            await asyncio.wait({answer, aborting}, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                try:
+                    await self.abort()
+                except SGLangError as exc:  # slime's abort of every worker still ends it
+                    logger.debug("slime-strands: aborting request(s) %s failed: %s", self._requests.rids, exc)
+            return await answer
+        finally:
+            aborting.cancel()
+            answer.cancel()
+
     async def _send_turn(
         self,
         params: dict[str, Any],
@@ -406,7 +431,7 @@ class SGLangModel(Model):
                 raise ContextWindowOverflowException(str(refusal)) from refusal
             params["max_new_tokens"] = max_new_tokens
             try:
-                result = await self.client.generate(
+                result = await self._generate(
                     self._trajectory_json,
                     params,
                     input_ids_tail=delta_json,
@@ -415,7 +440,6 @@ class SGLangModel(Model):
                     routed_experts_start_len=_routing_rows_held(self.token_manager),
                     abort_retries=self.config["abort_retries"],
                     abort_expected=self.config["abort_expected"],
-                    handle=self._requests,
                 )
             except SGLangContextLengthError as exc:
                 if exc.window is None or refusal is not None:

@@ -222,6 +222,44 @@ async def test_a_sample_aborted_again_before_it_goes_on_stays_as_it_was(server, 
     assert_same_episode(done, await reference(server, policy, args, turns), masked_before=seam)
 
 
+async def test_the_abort_flag_alone_aborts_the_turn_in_flight_by_its_exact_id(server, tokenizer, monkeypatch):
+    """Nobody aborts the server (a router that kept a request slime sent late, or a caller's own flag): the
+    flag alone aborts the episode's request in flight by its exact id, so the turn ends at once with the
+    tokens written so far (kept and continued), and another trajectory's request on the server runs on."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    policy = ContinuingPolicy(server, tokenizer)
+    args = args_for(server)
+    turns = (SLOW, SLOW, ANSWER)
+    sample = new_sample()
+    policy.script(sample.session_id, *turns)
+    policy.hold(sample.session_id, 2, "running")
+    policy.script("other", "Another trajectory's turn, still being written.")
+    policy.hold("other", 1, "running")
+    client = SGLangClient(server.base_url)
+    other = asyncio.create_task(client.generate([1, 2, 3], {"max_new_tokens": 64}, routing_key="other"))
+    episode = asyncio.create_task(rollout.generate(args, sample, dict(TOP_P_PARAMS)))
+    await wait_until(lambda: policy.parked(sample.session_id) and policy.parked("other"))
+    (held,) = [r.body["rid"] for r in session_requests(server, sample)][-1:]
+    state.aborted = True
+    out = await episode
+    state.aborted = False
+    assert out.status == S.ABORTED and server.aborted_rids == [held], "its own request, by its exact id"
+    assert not other.done() and len(server.in_flight) == 1
+    assert server.meta_infos[held]["finish_reason"]["type"] == "abort" and server.answers[held][0]
+    cut_at = list(out.tokens)
+    assert cut_at[-len(server.answers[held][0]) :] == server.answers[held][0], "the partial output is kept"
+    await client.abort()
+    assert (await other).finish_reason == "abort"
+    await client.aclose()
+
+    asked = len(session_requests(server, sample))
+    done = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+    assert done.status == S.COMPLETED
+    assert session_requests(server, sample)[asked].body["input_ids"] == cut_at, "the cut turn is continued"
+    assert_sample_matches_server(done, server, routing_key=done.session_id)
+    assert_same_episode(done, await reference(server, policy, args, turns))
+
+
 async def test_a_sample_continued_on_a_restarted_server(tokenizer, monkeypatch):
     """The server restarts between the steps with new weights: the continuation is sent to the new server,
     whose answers carry the new weight version; everything else is as if nothing had happened."""
