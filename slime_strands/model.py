@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import logging
 import time
@@ -45,7 +46,7 @@ from .families import select_tool_parser
 from .model_stats import ModelStats
 from .record import Termination
 from .resume import AbortSignal
-from .sampling import SGLANG_SAMPLING_KEYS, check_sampling_keys
+from .sampling import GRAMMAR_KEYS, SGLANG_SAMPLING_KEYS, check_sampling_keys
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
 from .tool_parsers.base import ParseErrorKind
@@ -339,6 +340,11 @@ class SGLangModel(Model):
         started = time.perf_counter()
         result, cut = await self._send_turn(params, delta_json, len(delta_ids), continued, len(so_far))
         elapsed = time.perf_counter() - started
+        if result.finish_reason == "abort" and any(params.get(key) is not None for key in GRAMMAR_KEYS):
+            # SGLang applies a grammar to each request's output from its first token: a constrained turn cut
+            # mid-generation cannot be continued inside its partial output (the continuation would write the
+            # whole constrained text again); it is asked again from its input, with its whole budget
+            result = dataclasses.replace(result, output_ids=[], logprobs=[])
 
         if delta_ids:
             tm.add_observation(delta_ids)

@@ -166,6 +166,39 @@ async def test_a_continued_episode_is_the_uninterrupted_one(server, tokenizer, m
     assert logged["continued_episodes"] == 1.0 and logged["turns_saved"] == saved.turns
 
 
+async def test_a_grammar_constrained_turn_cut_mid_generation_is_asked_again(server, tokenizer, monkeypatch):
+    """Under a grammar (here ``regex``) SGLang constrains each request's output from its first token, so a
+    turn cut mid-generation cannot be continued inside its partial output (the real server writes the whole
+    constrained text again after it: tests/real_sglang). Its partial output is not kept: the checkpoint ends
+    on the turn's input, and the next request asks the turn again with its whole budget."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    policy = ContinuingPolicy(server, tokenizer)
+    args = partial_args(
+        server,
+        mask=True,
+        tools=("partial_tools.slow_add",),
+        strands={"sampling_params": {"regex": "(.|\\n)*"}},
+    )
+    turns = (SLOW, SLOW, ANSWER)
+    sample = new_sample()
+    policy.script(sample.session_id, *turns)
+    policy.hold(sample.session_id, 2, "running")
+    out = await aborted_run(server, args, sample, state, until=lambda: policy.parked(sample.session_id))
+    (*_, cut) = session_requests(server, sample)
+    assert server.answers[cut.body["rid"]][0], "the server answered the abort with a partial output"
+    saved = EpisodeCheckpoint.from_data(out.metadata[CHECKPOINT_KEY])
+    assert saved.trajectory.rebuild().token_ids == list(out.tokens) == cut.body["input_ids"], (
+        "the sample and its checkpoint end on the cut turn's input"
+    )
+    done = await rollout.generate(args, through_the_buffer(out), dict(TOP_P_PARAMS))
+    again = session_requests(server, done)[2]
+    assert again.body["input_ids"] == cut.body["input_ids"] and again.body["sampling_params"]["regex"]
+    assert again.body["sampling_params"]["max_new_tokens"] == cut.body["sampling_params"]["max_new_tokens"]
+    seam = len(cut.body["input_ids"]) - (len(done.tokens) - done.response_length)
+    assert_sample_matches_server(done, server, routing_key=done.session_id, masked_before=seam)
+    assert_same_episode(done, await reference(server, policy, args, turns), masked_before=seam)
+
+
 async def test_a_sample_continued_twice(server, tokenizer, monkeypatch):
     state = install_generate_state(monkeypatch, tokenizer)
     policy = ContinuingPolicy(server, tokenizer)
