@@ -59,6 +59,7 @@ def _eval(ns: argparse.Namespace) -> int:
         raise CommandError(
             f"--base-url {ns.base_url!r} is not an http(s) URL", hint="write it as http://HOST:PORT"
         )
+    _check_sampling_flags(ns)
     options = EvalOptions(
         base_url=ns.base_url,
         tokenizer=ns.tokenizer,
@@ -97,10 +98,21 @@ def _eval(ns: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _check_sampling_flags(ns: argparse.Namespace) -> None:
+    """``--temperature`` / ``--top-p`` SGLang would refuse (every request, after the run started): one line now."""
+    from .sampling_ranges import range_problem
+
+    for flag, key in (("--temperature", "temperature"), ("--top-p", "top_p")):
+        problem = range_problem(key, getattr(ns, key))
+        if problem:
+            raise CommandError(f"{flag}: {problem}", hint=f"pass a value SGLang accepts to {flag}")
+
+
 def _sampling_param_flags(flags: Sequence[str]) -> dict[str, Any]:
     """``--sampling-param KEY=JSON`` flags as a mapping (a later flag for the same key wins); a CommandError
     naming the flag for a missing ``=``, a value that is not JSON or a key SGLang does not accept."""
     from .sampling import SamplingParamError, SamplingParams
+    from .sampling_ranges import range_problems
 
     hint = "write KEY=JSON, e.g. --sampling-param top_k=20 --sampling-param 'stop=[\"</answer>\"]'"
     params: dict[str, Any] = {}
@@ -119,6 +131,10 @@ def _sampling_param_flags(flags: Sequence[str]) -> dict[str, Any]:
         SamplingParams(params, where="--sampling-param")
     except SamplingParamError as exc:
         raise CommandError(str(exc), hint="fix or drop that --sampling-param") from None
+    problems = range_problems(params)
+    if problems:
+        key, problem = problems[0]
+        raise CommandError(f"--sampling-param {key}: {problem}", hint="fix or drop that --sampling-param")
     return params
 
 

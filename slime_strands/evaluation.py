@@ -34,6 +34,7 @@ from .eval_wandb import WandbEvalLog, require_wandb
 from .record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from .reward import accuracy
 from .runtime import Runtime
+from .sampling_ranges import range_problems
 from .settings import PluginSettings
 from .tokenizer_loading import load_tokenizer
 from .trajectory_file import TrajectoryRow, TrajectoryWriter, iter_rows, row_key, template_tools
@@ -107,6 +108,12 @@ def _settings(path: str | None, flags: Mapping[str, Any]) -> PluginSettings:
             ) from None
         except OSError as exc:
             raise CommandError(f"{path}: cannot read the config: {exc}") from exc
+        problems = range_problems(settings.sampling_params)
+        if problems:
+            key, problem = problems[0]
+            raise CommandError(
+                f"{path}: strands.sampling_params.{key}: {problem}", hint="fix that value in the config"
+            )
     if not flags:
         return settings
     merged = settings.sampling_params.with_overrides(flags, where="--sampling-param")
