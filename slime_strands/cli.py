@@ -235,16 +235,27 @@ def _check_template(ns: argparse.Namespace) -> int:
 
 
 def _validate_config(ns: argparse.Namespace) -> int:
-    from .settings import PluginSettings, SettingsError
+    """The file's settings, the tools it names (imported, as a run would) and its sampling values; then what
+    it sets, in a few lines."""
+    from .runtime import import_tools
+    from .sampling_ranges import range_problems
+    from .settings import PluginSettings
+    from .settings_summary import settings_summary
 
     if not Path(ns.path).is_file():
         raise CommandError(f"{ns.path}: no such file", hint="pass the YAML given to --custom-config-path")
     try:
-        settings = PluginSettings.from_yaml(ns.path)
-    except (OSError, SettingsError) as exc:
-        print(f"{ns.path}: invalid: {exc}")
+        settings = PluginSettings.from_yaml(ns.path, other_keys=ns.allow_other_keys)
+        tools = import_tools(settings)
+    except (OSError, ConfigurationError) as exc:
+        print(f"{ns.path}: invalid: {' '.join(str(exc).split())}")
         return EXIT_FAILURES
-    print(f"{ns.path}: ok\n{settings}")
+    problems = range_problems(settings.sampling_params)
+    if problems:
+        key, problem = problems[0]
+        print(f"{ns.path}: invalid: strands.sampling_params.{key}: {problem}")
+        return EXIT_FAILURES
+    print("\n".join([f"{ns.path}: ok", *(f"  {line}" for line in settings_summary(settings, tools))]))
     return EXIT_OK
 
 
@@ -505,11 +516,20 @@ def _add_checks(commands: Any) -> None:
     config = _command(
         commands,
         "validate-config",
-        "validate a --custom-config-path YAML (strands: section)",
-        "Validate the plugin settings in a YAML file's strands: section (unknown keys and bad values are errors).",
-        "  slime-strands validate-config configs/strands_math.yaml",
+        "validate a --custom-config-path YAML (strands: section), import its tools",
+        "Validate the plugin settings in a YAML file's strands: section (unknown keys, a top-level key other than "
+        "strands and bad values are errors), import the tools it names, and print what it sets: the tools and "
+        "every setting that differs from its default.",
+        "  slime-strands validate-config configs/strands_math.yaml\n"
+        "  slime-strands validate-config my-custom-config.yaml --allow-other-keys",
     )
     config.add_argument("path", help="the YAML file")
+    config.add_argument(
+        "--allow-other-keys",
+        action="store_true",
+        help="accept top-level keys besides strands: (a --custom-config-path file that also holds keys for "
+        "slime's args or another plugin); a near-miss of strands (strand, Strands) stays an error",
+    )
     config.set_defaults(run=_validate_config)
     server = _command(
         commands,

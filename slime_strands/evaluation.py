@@ -101,7 +101,7 @@ def _settings(path: str | None, flags: Mapping[str, Any]) -> PluginSettings:
         settings = PluginSettings()
     else:
         try:
-            settings = PluginSettings.from_yaml(path)
+            settings = PluginSettings.from_yaml(path, other_keys=False)
         except FileNotFoundError:
             raise CommandError(
                 f"{path}: no such config file", hint="pass the plugin YAML (strands: section)"

@@ -83,3 +83,12 @@ def test_values_at_the_edges_of_the_ranges_run(server, data, tmp_path, capsys):
     assert code == 0, stderr
     sent = server.generate_requests[0].body["sampling_params"]
     assert (sent["temperature"], sent["top_p"], sent["top_k"], sent["min_p"]) == (0.0, 1.0, -1, 0)
+
+
+def test_a_misspelt_section_stops_the_eval_instead_of_running_the_defaults(server, data, tmp_path):
+    config = tmp_path / "plugin.yaml"
+    config.write_text("strand:\n  tools: [rollout_tools.add]\n  max_tool_iters: 1\n")
+    code, _, stderr = run_cli_process(*eval_argv(server.base_url, data, "--config", str(config)))
+    assert code == 2, stderr
+    assert f"{config}: unknown top-level key 'strand': did you mean 'strands'?" in error_line(stderr, "eval")
+    assert not server.requests
