@@ -16,32 +16,31 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import types
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .client import SGLangClient
 from .command_errors import EXIT_FAILURES, EXIT_OK, EXIT_SERVER, CommandError
 from .episode import EpisodeSpec, run_episode
 from .eval_data import EvalPrompt, load_prompts
+from .eval_digest import ConfigDigest, served_model, settings_part, tokenizer_part, tools_part
 from .eval_progress import EvalProgress
+from .eval_resume import ResumedRows, check_writable, read_resumable
 from .eval_summary import DatasetSummary, Outcome, summarize
 from .eval_wandb import WandbEvalLog, require_wandb
-from .record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
+from .record import METADATA_KEY, EpisodeRecord, RewardRule
 from .reward import accuracy
 from .runtime import Runtime
+from .sampling import merge_sampling_params
 from .sampling_ranges import range_problems
 from .settings import PluginSettings
 from .tokenizer_loading import load_tokenizer
-from .trajectory_file import TrajectoryRow, TrajectoryWriter, iter_rows, row_key, template_tools
+from .trajectory_file import TrajectoryRow, TrajectoryWriter, row_key, template_tools
 
 __all__ = ["EvalOptions", "EvalReport", "run_eval"]
-
-_RETRIED = frozenset({Termination.FAILED.value, Termination.ABORTED.value})
 
 
 @dataclass(frozen=True)
@@ -87,10 +86,10 @@ def run_eval(options: EvalOptions) -> EvalReport:
     settings = _settings(options.config, options.sampling_params)
     wandb = require_wandb() if options.wandb_project else None
     if options.out:
-        _check_writable(options.out)
-    kept = _resume(options.out, prompts, options.n) if options.out else {}
+        check_writable(options.out)
+    resumed = read_resumable(options.out, prompts, options.n) if options.out else ResumedRows()
     tokenizer = load_tokenizer(options.tokenizer)
-    evaluator = _Evaluator(options, settings, tokenizer, prompts, kept, wandb)
+    evaluator = _Evaluator(options, settings, tokenizer, prompts, resumed, wandb)
     return asyncio.run(evaluator.run())
 
 
@@ -120,47 +119,6 @@ def _settings(path: str | None, flags: Mapping[str, Any]) -> PluginSettings:
     return dataclasses.replace(settings, sampling_params=merged)
 
 
-def _check_writable(out: str) -> None:
-    """Before any work: a typo in the folder must not surface after the first trajectory."""
-    path = Path(out)
-    folder = path.parent
-    if path.is_dir():
-        problem = "is a folder"
-    elif not folder.is_dir() or not os.access(folder, os.W_OK):
-        problem = f"its folder {folder} does not exist or is not writable"
-    else:
-        return
-    raise CommandError(f"--out {out} {problem}", hint="give a file path in an existing, writable folder")
-
-
-def _resume(out: str, prompts: list[EvalPrompt], n: int) -> dict[str, TrajectoryRow]:
-    """The finished rows of ``out`` that belong to this plan (last line per key); CommandError when the file
-    holds trajectories of other data."""
-    if not Path(out).exists():
-        return {}
-    kept: dict[str, TrajectoryRow] = {}
-    for line, row in iter_rows(out):
-        if row.prompt_index >= len(prompts) or row.sample >= n:
-            continue  # outside this run's --limit / --n: left in the file, not counted
-        expected = prompts[row.prompt_index]
-        if row.prompt_digest != expected.digest:
-            raise CommandError(
-                f"{out}:{line}: holds a trajectory of another prompt at index {row.prompt_index} "
-                f"(data line {expected.line} differs)",
-                hint="resume with the same --data, or write to a new --out file",
-            )
-        if row.termination in _RETRIED:
-            kept.pop(row.key, None)
-        else:
-            kept[row.key] = _light(row)
-    return kept
-
-
-def _light(row: TrajectoryRow) -> TrajectoryRow:
-    """A resumed row without its tokens: only its outcome and table fields are needed (rows are large)."""
-    return dataclasses.replace(row, segments=[], messages=[])
-
-
 class _Evaluator:
     """One eval run: the checked inputs, the outcomes as they come in, and the run on one event loop."""
 
@@ -170,15 +128,18 @@ class _Evaluator:
         settings: PluginSettings,
         tokenizer: Any,
         prompts: list[EvalPrompt],
-        kept: Mapping[str, TrajectoryRow],
+        resumed: ResumedRows,
         wandb: Any,
     ) -> None:
         self.options = options
         self.settings = settings
         self.tokenizer = tokenizer
         self.prompts = prompts
-        self.kept = kept
+        self.resumed = resumed
+        self.kept = resumed.kept
         self.wandb = wandb
+        self.digest: ConfigDigest | None = None
+        """The configuration's digests, once the server told its model (:meth:`_check_setup`)."""
         self.outcomes: dict[str, Outcome] = {}
         self.template_kwargs: dict[str, Any] = (
             {} if settings.enable_thinking is None else {"enable_thinking": settings.enable_thinking}
@@ -200,14 +161,7 @@ class _Evaluator:
         io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-strands-eval-writer")
         log: WandbEvalLog | None = None
         try:
-            await runtime.preflight(self.tokenizer, {})  # tools import, template probe: ConfigurationError
-            if not await client.health():
-                raise CommandError(
-                    f"cannot reach the SGLang server at {options.base_url} (GET /health failed)",
-                    hint="start the server or router (python -m sglang.launch_server --model-path MODEL "
-                    "--port 30000) or fix --base-url; `slime-strands check-server URL` diagnoses it",
-                    exit_code=EXIT_SERVER,
-                )
+            await self._check_setup(runtime)
             if self.wandb is not None:
                 log = WandbEvalLog(self.wandb, str(options.wandb_project), self._wandb_config())
             for row in self.kept.values():
@@ -236,6 +190,33 @@ class _Evaluator:
         if log is not None:
             log.finish(report.summaries, exit_code=report.exit_code)
         return report
+
+    async def _check_setup(self, runtime: Runtime) -> None:
+        """What would fail every episode alike, before the first one: tools, template, the server, and a
+        ``--out`` file of another configuration."""
+        await runtime.preflight(self.tokenizer, {})  # tools import, template probe: ConfigurationError
+        client = runtime.client
+        if not await client.health():
+            raise CommandError(
+                f"cannot reach the SGLang server at {self.options.base_url} (GET /health failed)",
+                hint="start the server or router (python -m sglang.launch_server --model-path MODEL "
+                "--port 30000) or fix --base-url; `slime-strands check-server URL` diagnoses it",
+                exit_code=EXIT_SERVER,
+            )
+        loop = asyncio.get_running_loop()
+        self.digest = ConfigDigest.of(
+            settings=settings_part(self.settings),
+            sampling={
+                "params": merge_sampling_params(
+                    self._turn_params(), self.settings.sampling_params, training=False
+                ),
+                "max_response_tokens": self.options.max_response_len,
+            },
+            tokenizer=await loop.run_in_executor(None, tokenizer_part, self.tokenizer),
+            tools=tools_part(self.settings.tools, template_tools(runtime.tools())),
+            model=await served_model(client),
+        )
+        self.resumed.check_config(self.digest)
 
     async def _run_all(self, todo: list[tuple[EvalPrompt, int]], sinks: _Sinks) -> None:
         pending = iter(todo)
@@ -273,6 +254,7 @@ class _Evaluator:
                 tokenizer=self.options.tokenizer,
                 tools=specs,
                 chat_template_kwargs=self.template_kwargs,
+                config=self._config(),
             )
             if sinks.writer is not None:
                 await loop.run_in_executor(sinks.io, sinks.writer.append, row)
@@ -282,21 +264,24 @@ class _Evaluator:
     def _spec(self, prompt: EvalPrompt, sample: int) -> EpisodeSpec:
         """As slime's eval builds it: the whole response budget is also each turn's ``max_new_tokens`` (the
         settings' ``sampling_params``, ``--sampling-param`` included, go on top in the episode)."""
-        budget = self.options.max_response_len
         return EpisodeSpec(
             prompt=prompt.prompt,
-            sampling_params={
-                "max_new_tokens": budget,
-                "temperature": self.options.temperature,
-                "top_p": self.options.top_p,
-            },
-            max_response_tokens=budget,
+            sampling_params=self._turn_params(),
+            max_response_tokens=self.options.max_response_len,
             max_context_tokens=self.settings.max_context_len,
             evaluation=True,
             routing_key=row_key(prompt.index, sample),  # every turn of an episode on one worker's cache
             chat_template_kwargs={},
             model_id=self.options.tokenizer,
         )
+
+    def _turn_params(self) -> dict[str, Any]:
+        """The sampling params eval passes every turn, as slime's eval does (the settings' go on top)."""
+        return {
+            "max_new_tokens": self.options.max_response_len,
+            "temperature": self.options.temperature,
+            "top_p": self.options.top_p,
+        }
 
     async def _reward(self, prompt: EvalPrompt, record: EpisodeRecord) -> float:
         """slime's eval reward on the fields ``generate`` writes; FAILED / ABORTED count as wrong."""
@@ -311,6 +296,10 @@ class _Evaluator:
         score = await accuracy(self._reward_args, sample)
         assert isinstance(score, float), "one sample gets one score"
         return score
+
+    def _config(self) -> ConfigDigest:
+        assert self.digest is not None, "set before the first episode"
+        return self.digest
 
     def _collect(self, row: TrajectoryRow, log: WandbEvalLog | None) -> Outcome:
         outcome = Outcome.of(row)

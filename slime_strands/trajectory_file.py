@@ -7,6 +7,8 @@ A line (schema ``slime-strands/trajectory/v1``)::
      "key": "3:1", "prompt_index": 3, "sample": 1,        # the row key: prompt index + sample number
      "dataset": "aime-2024", "prompt": [{"role": "user", "content": "..."}], "label": "34",
      "prompt_digest": "...",                              # the prompt and label's hash (resume checks it)
+     "config": {"settings": "...", "sampling": "...", "tokenizer": "...", "tools": "...", "model": "..."},
+                                 # digests of the configuration that made it (resume checks them)
      "tokenizer": "Qwen/Qwen3-8B", "chat_template_kwargs": {}, "tools": [...],   # to re-render it
      "messages": [...],          # the agent's conversation in chat-template form (system, user,
                                  # assistant with reasoning_content / tool_calls, tool results)
@@ -41,6 +43,7 @@ from typing import Any
 from .chat import to_template_messages, to_template_tools
 from .command_errors import CommandError
 from .eval_data import EvalPrompt
+from .eval_digest import ConfigDigest
 from .record import EpisodeRecord
 
 __all__ = [
@@ -120,6 +123,8 @@ class TrajectoryRow:
     metrics: dict[str, Any] = field(default_factory=dict)
     tools: list[dict[str, Any]] | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    config: ConfigDigest | None = None
+    """What configuration made the row (None in rows written before rows carried it)."""
 
     @property
     def correct(self) -> bool:
@@ -137,6 +142,7 @@ class TrajectoryRow:
         tokenizer: str,
         tools: list[dict[str, Any]] | None,
         chat_template_kwargs: Mapping[str, Any],
+        config: ConfigDigest,
     ) -> TrajectoryRow:
         saved = record.to_metadata()
         return cls(
@@ -158,6 +164,7 @@ class TrajectoryRow:
             metrics={k: v for k, v in saved.items() if k not in _TOP_LEVEL},
             tools=tools,
             chat_template_kwargs=dict(chat_template_kwargs),
+            config=config,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -170,6 +177,7 @@ class TrajectoryRow:
             "prompt": self.prompt,
             "label": self.label,
             "prompt_digest": self.prompt_digest,
+            "config": None if self.config is None else self.config.to_json(),
             "tokenizer": self.tokenizer,
             "chat_template_kwargs": self.chat_template_kwargs,
             "tools": self.tools,
@@ -227,6 +235,7 @@ class TrajectoryRow:
             metrics=dict(data.get("metrics") or {}),
             tools=data.get("tools"),
             chat_template_kwargs=dict(data.get("chat_template_kwargs") or {}),
+            config=ConfigDigest.from_json(data.get("config")),
         )
 
 

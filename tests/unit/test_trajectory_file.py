@@ -9,6 +9,7 @@ import json
 import pytest
 
 from slime_strands.command_errors import CommandError
+from slime_strands.eval_digest import ConfigDigest
 from slime_strands.trajectory_file import (
     SCHEMA,
     Span,
@@ -47,6 +48,7 @@ def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow
         metrics={"turns": 1, "parse_errors": {}},
         tools=[{"type": "function", "function": {"name": "add"}}],
         chat_template_kwargs={"enable_thinking": False},
+        config=ConfigDigest("s" * 16, "p" * 16, "t" * 16, "o" * 16, "m" * 16),
     )
     values.update(changes)
     return TrajectoryRow(**values)
@@ -64,14 +66,22 @@ def test_rows_round_trip_exactly(tmp_path):
     rows = [
         make_row(0, 0),
         make_row(0, 1, reward=0.0, error="why \udcff", segments=[described, described]),  # a lone surrogate
+        make_row(1, 0, config=None),  # written before rows carried their configuration
     ]
     path = tmp_path / "t.jsonl"
     write(path, rows)
     assert [row for _, row in iter_rows(path)] == rows
-    assert [number for number, _ in iter_rows(path)] == [1, 2]
+    assert [number for number, _ in iter_rows(path)] == [1, 2, 3]
     first = json.loads(path.read_text().splitlines()[0])
     assert first["schema"] == SCHEMA and first["key"] == "0:0" and "q ✓" in path.read_text()
-    assert read_row(path, -1)[1] == rows[1] and read_row(path, 0) == (1, rows[0])
+    assert first["config"] == {
+        "settings": "s" * 16,
+        "sampling": "p" * 16,
+        "tokenizer": "t" * 16,
+        "tools": "o" * 16,
+        "model": "m" * 16,
+    }
+    assert read_row(path, -1)[1] == rows[2] and read_row(path, 0) == (1, rows[0])
     assert rows[0].correct and not rows[1].correct
 
 
