@@ -11,8 +11,9 @@ Five parts, each a short SHA-256 of a canonical JSON text, so that the refusal c
 * ``tokenizer``: the vocabulary (every token and its id) and the chat template, not the path it was loaded
   from (a hub id and a local copy are the same tokenizer);
 * ``tools``: each tool's dotted path and the spec the model sees (name, description, parameters);
-* ``model``: the served model's id (``/v1/models``) and weight version (``/model_info``, when reported), not the
-  base URL (the same server reached by another name, or through a router, samples the same way).
+* ``model``: the served model's id (``/v1/models``), weight version (``/model_info``, when reported) and context
+  window, not the base URL (the same server reached by another name, or through a router, samples the same
+  way).
 
 ``--n``, ``--limit``, ``--concurrency``, ``--out`` and wandb change which trajectories run, not what one is;
 the data is checked row by row (``prompt_digest``).
@@ -39,7 +40,7 @@ PARTS = {
     "strands.sampling_params)",
     "tokenizer": "the tokenizer or its chat template (--tokenizer)",
     "tools": "the tools (strands.tools)",
-    "model": "the served model (its /v1/models id or weight version)",
+    "model": "the served model (its /v1/models id, weight version or context window)",
 }
 """Each part of the digest and what it covers, as the refusal names it."""
 
@@ -132,8 +133,8 @@ def tools_part(paths: Sequence[str], specs: Sequence[Mapping[str, Any]] | None) 
 
 
 async def served_model(client: SGLangClient) -> dict[str, Any]:
-    """The served model's id (``/v1/models``, else ``/model_info``'s served name or path) and weight
-    version; None for what the server does not say."""
+    """The served model's id (``/v1/models``, else ``/model_info``'s served name or path), weight version and
+    context window; None for what the server does not say."""
     model_id: Any = None
     info: dict[str, Any] = {}
     with contextlib.suppress(SGLangError):
@@ -144,7 +145,11 @@ async def served_model(client: SGLangClient) -> dict[str, Any]:
         info = await client.model_info()
     if model_id is None:
         model_id = info.get("served_model_name") or info.get("model_path")
-    return {"id": model_id, "weight_version": info.get("weight_version")}
+    return {
+        "id": model_id,
+        "weight_version": info.get("weight_version"),
+        "window": await client.context_length(),
+    }
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:

@@ -29,9 +29,10 @@ from .eval_data import EvalPrompt, load_prompts
 from .eval_digest import ConfigDigest, served_model, settings_part, tokenizer_part, tools_part
 from .eval_progress import EvalProgress
 from .eval_resume import ResumedRows, check_writable, read_resumable
+from .eval_server_watch import ServerGone, ServerWatch
 from .eval_summary import DatasetSummary, Outcome, summarize
 from .eval_wandb import WandbEvalLog, require_wandb
-from .record import METADATA_KEY, EpisodeRecord, RewardRule
+from .record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from .reward import accuracy
 from .runtime import Runtime
 from .sampling import merge_sampling_params
@@ -164,19 +165,7 @@ class _Evaluator:
             await self._check_setup(runtime)
             if self.wandb is not None:
                 log = WandbEvalLog(self.wandb, str(options.wandb_project), self._wandb_config())
-            for row in self.kept.values():
-                self._collect(row, log)
-            todo = [
-                (prompt, sample)
-                for prompt in self.prompts
-                for sample in range(options.n)
-                if row_key(prompt.index, sample) not in self.kept
-            ]
-            progress = EvalProgress(len(self.prompts) * options.n, resumed=list(self.outcomes.values()))
-            try:
-                await self._run_all(todo, _Sinks(runtime, writer, io, progress, log))
-            finally:
-                progress.close()
+            await self._run_plan(_Sinks(runtime, writer, io, log, ServerWatch(client)))
         except BaseException:
             if log is not None:
                 log.abandon(exit_code=1)
@@ -190,6 +179,38 @@ class _Evaluator:
         if log is not None:
             log.finish(report.summaries, exit_code=report.exit_code)
         return report
+
+    async def _run_plan(self, sinks: _Sinks) -> None:
+        """Every (prompt, sample) of the plan not resumed from ``--out``, with the progress display; a server
+        that stops answering ends the run (:class:`CommandError`, exit status 3)."""
+        for row in self.kept.values():
+            self._collect(row, sinks.log)
+        todo = [
+            (prompt, sample)
+            for prompt in self.prompts
+            for sample in range(self.options.n)
+            if row_key(prompt.index, sample) not in self.kept
+        ]
+        progress = EvalProgress(len(self.prompts) * self.options.n, resumed=list(self.outcomes.values()))
+        try:
+            await self._run_all(todo, sinks, progress)
+        except ServerGone:
+            raise self._server_gone() from None
+        finally:
+            progress.close()
+            await sinks.watch.close()
+
+    def _server_gone(self) -> CommandError:
+        done = f"{len(self.outcomes)} trajectories done"
+        then = (
+            f"{done}, rerun to resume" if self.options.out else f"{done}; pass --out FILE.jsonl to keep them"
+        )
+        return CommandError(
+            f"the server at {self.options.base_url} stopped answering ({then})",
+            hint="start it again (or see why it died), then rerun the same command: the trajectories that were "
+            "running are run again",
+            exit_code=EXIT_SERVER,
+        )
 
     async def _check_setup(self, runtime: Runtime) -> None:
         """What would fail every episode alike, before the first one: tools, template, the server, and a
@@ -218,33 +239,44 @@ class _Evaluator:
         )
         self.resumed.check_config(self.digest)
 
-    async def _run_all(self, todo: list[tuple[EvalPrompt, int]], sinks: _Sinks) -> None:
+    async def _run_all(
+        self, todo: list[tuple[EvalPrompt, int]], sinks: _Sinks, progress: EvalProgress
+    ) -> None:
+        """``concurrency`` workers over one shared plan, and the server watch; the first error (a
+        ConfigurationError, :class:`ServerGone`) cancels everything and is raised."""
         pending = iter(todo)
-        workers = [
-            asyncio.create_task(self._worker(pending, sinks))
+        workers = {
+            asyncio.create_task(self._worker(pending, sinks, progress))
             for _ in range(min(self.options.concurrency, len(todo)))
-        ]
-        if not workers:
-            return
+        }
+        watch = asyncio.create_task(sinks.watch.watch())
         try:
-            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()  # a ConfigurationError stops the eval: every episode would fail alike
+            while workers:
+                done, _ = await asyncio.wait({*workers, watch}, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # a ConfigurationError stops the eval: every episode would fail alike
+                workers -= done
         finally:
-            for task in workers:
+            for task in (*workers, watch):
                 task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*workers, watch, return_exceptions=True)
 
-    async def _worker(self, pending: Iterator[tuple[EvalPrompt, int]], sinks: _Sinks) -> None:
+    async def _worker(
+        self, pending: Iterator[tuple[EvalPrompt, int]], sinks: _Sinks, progress: EvalProgress
+    ) -> None:
         loop = asyncio.get_running_loop()
         runtime = sinks.runtime
         tools = runtime.tools()
         specs = template_tools(tools)
         for prompt, sample in pending:  # one shared iterator: each pair is taken by exactly one worker
-            sinks.progress.started()
+            progress.started()
             record = await run_episode(
                 self.tokenizer, runtime.client, self.settings, self._spec(prompt, sample), tools=tools
             )
+            failing = record.termination is Termination.FAILED and sinks.watch.failing
+            if failing and not await sinks.watch.alive():
+                # failed with the server gone: not a FAILED row; the rerun runs this episode again
+                raise ServerGone(self.options.base_url)
             reward = await self._reward(prompt, record)
             row = TrajectoryRow.from_episode(
                 prompt,
@@ -259,7 +291,7 @@ class _Evaluator:
             if sinks.writer is not None:
                 await loop.run_in_executor(sinks.io, sinks.writer.append, row)
             self._ran += 1
-            sinks.progress.finished(self._collect(row, sinks.log))
+            progress.finished(self._collect(row, sinks.log))
 
     def _spec(self, prompt: EvalPrompt, sample: int) -> EpisodeSpec:
         """As slime's eval builds it: the whole response budget is also each turn's ``max_new_tokens`` (the
@@ -340,13 +372,13 @@ class _Evaluator:
 @dataclass(frozen=True)
 class _Sinks:
     """What the workers of one eval share besides the plan: the runtime, where finished rows go (the file,
-    through its one writer thread; wandb) and the progress display."""
+    through its one writer thread; wandb) and the watch on the server."""
 
     runtime: Runtime
     writer: TrajectoryWriter | None
     io: ThreadPoolExecutor
-    progress: EvalProgress
     log: WandbEvalLog | None
+    watch: ServerWatch
 
 
 @dataclass
