@@ -39,7 +39,7 @@ __all__ = ["main"]
 
 _EXIT_CODES = f"""exit status:
   {EXIT_OK}    done
-  {EXIT_FAILURES}    a check failed, or some eval trajectories FAILED (rerun the same eval to retry them)
+  {EXIT_FAILURES}    a check failed, or some eval trajectories FAILED (the summary groups them by cause)
   {EXIT_USAGE}    usage or input error (arguments, data / config / trajectory file, tokenizer, template, tool)
   {EXIT_SERVER}    the SGLang server or router cannot be reached (eval)
   {EXIT_INTERRUPTED}  interrupted (an eval with --out resumes where it stopped)"""
@@ -52,6 +52,7 @@ LOW_LOGPROB = -2.3
 
 
 def _eval(ns: argparse.Namespace) -> int:
+    from .eval_failures import failure_lines
     from .eval_summary import format_table
     from .evaluation import EvalOptions, run_eval
 
@@ -90,11 +91,8 @@ def _eval(ns: argparse.Namespace) -> int:
     print(format_table(report.summaries))
     where = f" in {ns.out}" if ns.out else " (not saved: pass --out FILE.jsonl to keep them)"
     print(f"\n{report.ran} trajectories generated, {report.resumed} resumed{where}")
-    if report.failed:
-        print(
-            f"{report.failed} trajectories FAILED (their rows say why); rerun the same command to retry them",
-            file=sys.stderr,
-        )
+    for line in failure_lines(report.failure_errors):  # by cause; "rerun" only where a rerun helps
+        print(line, file=sys.stderr)
     return report.exit_code
 
 

@@ -75,6 +75,8 @@ class EvalReport:
     """Trajectories taken from ``--out``."""
     failed: int
     """FAILED trajectories among all of the plan."""
+    failure_errors: list[str | None] = dataclasses.field(default_factory=list)
+    """The ``error`` of each FAILED trajectory (``eval_failures`` groups them by cause)."""
 
     @property
     def exit_code(self) -> int:
@@ -348,6 +350,7 @@ class _Evaluator:
             ran=self._ran,
             resumed=len(self.kept),
             failed=sum(o.failed for o in outcomes),
+            failure_errors=[o.error for o in outcomes if o.failed],
         )
 
     def _plan(self) -> Iterator[tuple[EvalPrompt, int]]:

@@ -74,7 +74,8 @@ def test_eval_resume_and_pass_at_k(server, data, tmp_path, capsys):
         ),
     )
     assert code == 1, "a FAILED trajectory makes the exit status 1"
-    assert "1 trajectories FAILED" in stderr and "rerun the same command" in stderr
+    assert "1 trajectory FAILED:\n  1: the server refused the request (HTTP 400: scripted refusal)" in stderr
+    assert "rerun of the same command" not in stderr, "a rerun would send the same request"
     assert (
         "eval: 12/12 done, 0 running, 1 failed" in stderr
     )  # the progress line (not a terminal: plain lines)

@@ -12,10 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import check_row, cli_env, eval_argv, read_rows, run_cli, start_cli, write_config, write_data
+from cli_helpers import (
+    check_row,
+    cli_env,
+    eval_argv,
+    read_rows,
+    run_cli,
+    run_cli_process,
+    start_cli,
+    write_config,
+    write_data,
+)
 from conftest import qwen3_tokenizer_path
 
-from slime_strands.testing import SGLangTestServer, Turn
+from slime_strands.testing import Fault, SGLangTestServer, Turn
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -98,3 +108,37 @@ def _rebase(argv, url):
     argv = list(argv)
     argv[argv.index("--base-url") + 1] = url
     return argv
+
+
+def test_failed_rows_are_grouped_by_cause_and_rerun_is_said_only_where_it_helps(tokenizer, tmp_path):
+    """Dropped connections through every retry (the server is alive: the run goes on, the row is written, a
+    rerun fixes it) and the server's 400 (a rerun would fail the same way), in a real eval process."""
+    data = write_data(
+        tmp_path / "math.jsonl", [{"prompt": f"What is {i} + 5 - {i}?", "label": "5"} for i in range(2)]
+    )
+    config = write_config(tmp_path / "plugin.yaml", max_retries=2, retry_delay_s=0.01)
+    out = tmp_path / "traj.jsonl"
+    refusal = Fault(400, {"error": {"message": "scripted refusal"}})
+    with SGLangTestServer(tokenizer, context_length=8192) as server:
+        server.script(*[Fault(drop_connection=True)] * 3, key="0:0")
+        server.script(refusal, key="0:1")
+        server.script(refusal, key="1:0")
+        server.script(ANSWER, key="1:1")
+        code, stdout, stderr = run_cli_process(
+            *eval_argv(server.base_url, data, "--n", "2", "--config", str(config), "--out", str(out))
+        )
+        rows = {row.key: row for row in read_rows(out)}
+        check_row(rows["1:1"], server)
+    assert code == 1, stderr
+    assert "4 trajectories generated, 0 resumed" in stdout
+    lines = stderr.strip().splitlines()[-3:]
+    assert lines[0] == "3 trajectories FAILED:"
+    assert lines[1].startswith(
+        "  2: the server refused the request (HTTP 400: scripted refusal) (e.g. SGLangHTTPError: SGLang answered "
+        "HTTP 400: scripted refusal): a rerun fails the same way"
+    )
+    assert lines[2].startswith("  1: the server could not be reached") and lines[2].endswith(
+        ": a rerun of the same command retries them"
+    )
+    assert rows["0:0"].status == "FAILED" and rows["0:0"].error.startswith("SGLangConnectionError: ")
+    assert rows["1:1"].status == "COMPLETED" and rows["1:1"].reward == 1.0
