@@ -22,16 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .chat import ChatRenderer
 from .client import SGLangClient
 from .command_errors import EXIT_FAILURES, EXIT_OK, EXIT_SERVER, CommandError
 from .episode import EpisodeSpec, run_episode
 from .eval_data import EvalPrompt, load_prompts
 from .eval_digest import ConfigDigest, served_model, settings_part, tokenizer_part, tools_part
 from .eval_progress import EvalProgress
+from .eval_prompt_fit import check_prompts_fit
 from .eval_resume import ResumedRows, check_writable, read_resumable
 from .eval_server_watch import ServerGone, ServerWatch
 from .eval_summary import DatasetSummary, Outcome, summarize
 from .eval_wandb import WandbEvalLog, require_wandb
+from .model import SGLangModel
 from .record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from .reward import accuracy
 from .runtime import Runtime
@@ -160,11 +163,12 @@ class _Evaluator:
             retry_delay=settings.retry_delay_s,
         )
         runtime = Runtime(settings, client, tokenizer=self.tokenizer)
-        writer = TrajectoryWriter(options.out) if options.out else None
+        writer: TrajectoryWriter | None = None
         io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-strands-eval-writer")
         log: WandbEvalLog | None = None
         try:
             await self._check_setup(runtime)
+            writer = TrajectoryWriter(options.out) if options.out else None  # opened once all is checked
             if self.wandb is not None:
                 log = WandbEvalLog(self.wandb, str(options.wandb_project), self._wandb_config())
             await self._run_plan(_Sinks(runtime, writer, io, log, ServerWatch(client)))
@@ -240,6 +244,26 @@ class _Evaluator:
             model=await served_model(client),
         )
         self.resumed.check_config(self.digest)
+        await self._check_prompts(runtime)
+
+    async def _check_prompts(self, runtime: Runtime) -> None:
+        """Every prompt leaves room to generate in the window a trajectory has (as an episode's model sees it)."""
+        kwargs = self.template_kwargs
+        model = SGLangModel(
+            tokenizer=self.tokenizer,
+            client=runtime.client,
+            context_length=self.settings.max_context_len,
+            chat_template_kwargs=kwargs,
+            tool_parser=self.settings.tool_parser,
+        )
+        await check_prompts_fit(
+            self.prompts,
+            ChatRenderer(self.tokenizer, template_kwargs=kwargs),
+            self.settings.system_prompt,
+            template_tools(runtime.tools()),
+            await model.context_window(),
+            data=self.options.data,
+        )
 
     async def _run_all(
         self, todo: list[tuple[EvalPrompt, int]], sinks: _Sinks, progress: EvalProgress

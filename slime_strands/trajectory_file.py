@@ -20,9 +20,9 @@ A line (schema ``slime-strands/trajectory/v1``)::
      "metrics": {"turns": 2, "tool_calls": 1, "parse_errors": {}, ...}}   # the episode record's counters
 
 ``segments`` holds one entry per context window the episode used: an ordinary episode has exactly one (none
-when it failed before its first turn); an episode whose history was compacted has one per window, in order,
-each an exact token-in/token-out sequence of its own, and ``messages`` is then the conversation of the LAST
-one. ``info`` describes a segment of such an episode (which agent, what opened and closed it), as its episode
+when it generated nothing: a prompt alone is no trajectory); an episode whose history was compacted has one
+per window, in order, each an exact token-in/token-out sequence of its own, and ``messages`` is then the
+conversation of the LAST one. ``info`` describes a segment of such an episode (which agent, what opened and closed it), as its episode
 record does; it is empty for an ordinary episode. ``spans`` are each window's provenance runs
 (``TokenManager.segments``): the prompt, every generated turn
 (``loss_mask`` 1, with its finish reason) and the template / tool tokens between turns (``loss_mask`` 0).
@@ -62,6 +62,8 @@ __all__ = [
 SCHEMA = "slime-strands/trajectory/v1"
 _KINDS = ("prompt", "generated", "observation")
 _TOP_LEVEL = ("termination", "error", "evaluation")  # record fields kept beside ``metrics``, not inside
+ERROR_CHARS = 4000
+"""Longest ``error`` a row keeps (head and tail)."""
 _FILE_HINT = "inspect and drift read the files `slime-strands eval --out FILE.jsonl` writes"
 
 
@@ -145,6 +147,7 @@ class TrajectoryRow:
         config: ConfigDigest,
     ) -> TrajectoryRow:
         saved = record.to_metadata()
+        segments = _segments(record)
         return cls(
             key=row_key(prompt.index, sample),
             prompt_index=prompt.index,
@@ -154,13 +157,13 @@ class TrajectoryRow:
             label=prompt.label,
             prompt_digest=prompt.digest,
             tokenizer=tokenizer,
-            messages=_conversation(record),
-            segments=_segments(record),
+            messages=_conversation(record) if segments else [],  # nothing generated: the prompt says it all
+            segments=segments,
             response=record.response,
             reward=float(reward),
             status=record.outcome.status,
             termination=record.termination.value,
-            error=record.error,
+            error=_bounded(record.error),
             metrics={k: v for k, v in saved.items() if k not in _TOP_LEVEL},
             tools=tools,
             chat_template_kwargs=dict(chat_template_kwargs),
@@ -297,10 +300,10 @@ def _segment(data: Any, number: int) -> TokenSegment:
 
 def _segments(record: EpisodeRecord) -> list[TokenSegment]:
     """One token segment per trajectory segment of the episode (several after context compaction or with
-    collected sub-agents), each with what the episode record says of it."""
+    collected sub-agents), each with what the episode record says of it. The record lists only segments with
+    tokens after their prompt: an episode that generated nothing has none, and neither has its row (its
+    prompt's tokens alone are no trajectory, and a prompt that did not fit the window made rows of 85 MB)."""
     parts = [(s.trajectory, s.to_dict()) for s in record.segments if s.trajectory is not None]
-    if not parts and record.trajectory is not None:
-        parts = [(record.trajectory, {})]
     return [
         TokenSegment(
             tm.token_ids,
@@ -315,6 +318,15 @@ def _segments(record: EpisodeRecord) -> list[TokenSegment]:
         for tm, info in parts
         if len(tm)
     ]
+
+
+def _bounded(error: str | None) -> str | None:
+    """An error message of at most :data:`ERROR_CHARS` characters, head and tail (a server's error body can
+    echo a whole request)."""
+    if error is None or len(error) <= ERROR_CHARS:
+        return error
+    half = ERROR_CHARS // 2
+    return f"{error[:half]} ... [{len(error) - 2 * half} characters cut] ... {error[-half:]}"
 
 
 def _conversation(record: EpisodeRecord) -> list[dict[str, Any]]:

@@ -4,8 +4,19 @@ real Qwen3 tokenizer, the SGLang-protocol test server over HTTP."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from cli_helpers import error_line, eval_argv, run_cli, run_cli_process, write_config, write_data
+from cli_helpers import (
+    check_row,
+    error_line,
+    eval_argv,
+    read_rows,
+    run_cli,
+    run_cli_process,
+    write_config,
+    write_data,
+)
 
 from slime_strands.testing import SGLangTestServer
 
@@ -92,3 +103,92 @@ def test_a_misspelt_section_stops_the_eval_instead_of_running_the_defaults(serve
     assert code == 2, stderr
     assert f"{config}: unknown top-level key 'strand': did you mean 'strands'?" in error_line(stderr, "eval")
     assert not server.requests
+
+
+# -- prompts longer than the window ------------------------------------------------------------------------
+
+
+def _rendered_tokens(tokenizer, prompt: str) -> int:
+    """What the episode's first request holds, computed here with the tokenizer's own chat template."""
+    from slime_strands.runtime import import_tools
+    from slime_strands.settings import PluginSettings
+    from slime_strands.trajectory_file import template_tools
+
+    settings = PluginSettings(tools=("rollout_tools.add", "rollout_tools.echo"))
+    messages = [{"role": "system", "content": settings.system_prompt}, {"role": "user", "content": prompt}]
+    text = tokenizer.apply_chat_template(
+        messages, tools=template_tools(import_tools(settings)), tokenize=False, add_generation_prompt=True
+    )
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def test_a_prompt_longer_than_the_window_is_refused_before_any_request(server, tmp_path):
+    huge = "Add these numbers: " + " ".join(str(i % 97) for i in range(1_000_000))  # ~3.5 MB
+    data = write_data(
+        tmp_path / "mixed.jsonl",
+        [
+            {"prompt": "What is 2 + 3?", "label": "5"},
+            {"prompt": huge, "label": "1"},
+            {"prompt": "1 + 1?", "label": "2"},
+        ],
+    )
+    out = tmp_path / "traj.jsonl"
+    config = write_config(tmp_path / "plugin.yaml")
+    code, _, stderr = run_cli_process(
+        *eval_argv(server.base_url, data, "--n", "4", "--config", str(config), "--out", str(out))
+    )
+    assert code == 2, stderr
+    line = error_line(stderr, "eval")
+    window = server.context_length - 6  # SGLang's scheduler keeps 6 tokens of the window
+    assert (
+        f"{data}: 1 prompt(s) leave no room to generate in the {window} tokens a trajectory may hold: line 2 ("
+        in line
+    )
+    assert "--context-length" in line
+    assert not server.generate_requests and not out.exists(), "nothing sent, nothing written"
+
+
+@pytest.mark.parametrize("room", [1, 0])
+def test_the_window_is_checked_to_the_token(tokenizer, tmp_path, capsys, room):
+    """A prompt with room for exactly one generated token runs (cut by the window); one token more is refused."""
+    prompt = "What is 2 + 3? " * 50
+    window = _rendered_tokens(tokenizer, prompt) + room
+    data = write_data(tmp_path / "math.jsonl", [{"prompt": prompt, "label": "5"}])
+    config = write_config(tmp_path / "plugin.yaml")
+    out = tmp_path / "traj.jsonl"
+    with SGLangTestServer(tokenizer, context_length=window + 6) as srv:
+        srv.script("Answer: \\boxed{5}", key="0:0")
+        code, _, stderr = run_cli(
+            capsys, *eval_argv(srv.base_url, data, "--n", "1", "--config", str(config), "--out", str(out))
+        )
+        if room:
+            assert code == 0, stderr
+            (row,) = read_rows(out)
+            check_row(row, srv)
+            assert row.status == "TRUNCATED" and row.termination == "context_full"
+            assert len(row.segments[0]) == window and row.metrics["generated_tokens"] == 1
+        else:
+            assert code == 2 and f"line 1 ({window} tokens)" in error_line(stderr, "eval")
+            assert not srv.generate_requests
+
+
+def test_a_row_holds_no_more_than_its_trajectory(tokenizer, tmp_path, capsys):
+    """A server that reports no window refuses the too-long prompt itself: the FAILED row holds the prompt once
+    and no tokens (nothing was generated), not the prompt's tokens with a zero mask and zero logprobs."""
+    prompt = "Add these numbers: " + " ".join(str(i % 97) for i in range(20_000))
+    data = write_data(tmp_path / "long.jsonl", [{"prompt": prompt, "label": "1"}])
+    config = write_config(tmp_path / "plugin.yaml")
+    out = tmp_path / "traj.jsonl"
+    with SGLangTestServer(tokenizer, context_length=4096, report_window=False) as srv:
+        code, _, stderr = run_cli(
+            capsys, *eval_argv(srv.base_url, data, "--n", "2", "--config", str(config), "--out", str(out))
+        )
+        assert srv.generate_requests, "the server was asked, and refused"
+    assert code == 1, stderr
+    for line in out.read_text().splitlines():
+        row = json.loads(line)
+        assert row["status"] == "FAILED" and row["error"] == "no token generated (context_full)"
+        assert len(line) < len(prompt) + 4000, "the prompt once, and a few fields"
+        assert row["segments"] == [] and row["messages"] == []
+    assert "the prompt left no room to generate (context_full)" in stderr
+    assert "a rerun fails the same way" in stderr

@@ -146,3 +146,37 @@ def test_read_row_errors(tmp_path):
     assert "holds 0 trajectories" in str(raised.value) and "run `slime-strands eval" in raised.value.hint
     with pytest.raises(CommandError, match="no such trajectory file"):
         read_row(tmp_path / "missing.jsonl", 0)
+
+
+def test_a_failed_episode_row_holds_no_tokens_and_a_bounded_error():
+    """An episode that generated nothing has no trajectory: its row holds the prompt once, no tokens, and at
+    most ERROR_CHARS of the error (a server's error body can echo a whole request)."""
+    from slime_strands.eval_data import EvalPrompt
+    from slime_strands.record import EpisodeRecord, Termination
+    from slime_strands.token_manager import TokenManager
+    from slime_strands.trajectory_file import ERROR_CHARS
+
+    prompt_only = TokenManager()
+    prompt_only.add_prompt(list(range(50_000)))
+    error = "SGLangHTTPError: SGLang answered HTTP 422: " + "input_ids " * 5_000
+    record = EpisodeRecord(
+        Termination.FAILED,
+        evaluation=True,
+        error=error,
+        trajectory=prompt_only,
+        system_prompt="Be brief.",
+        messages=[{"role": "user", "content": [{"text": "q"}]}],
+    )
+    prompt = EvalPrompt(index=0, line=1, prompt=[{"role": "user", "content": "q"}], label="1", dataset="d")
+    config = ConfigDigest("s" * 16, "p" * 16, "t" * 16, "o" * 16, "m" * 16)
+    row = TrajectoryRow.from_episode(
+        prompt, 0, record, 0.0, tokenizer="tok", tools=None, chat_template_kwargs={}, config=config
+    )
+    assert row.segments == [] and row.messages == [] and row.prompt == prompt.prompt
+    assert (
+        len(row.error) <= ERROR_CHARS + 60
+        and row.error.startswith(error[:100])
+        and row.error.endswith(error[-100:])
+    )
+    assert "characters cut" in row.error
+    assert len(json.dumps(row.to_json())) < 2 * ERROR_CHARS
