@@ -2,7 +2,7 @@
 see, and check a setup before launching a multi-GPU job.
 
     slime-strands eval --base-url http://127.0.0.1:30000 --tokenizer Qwen/Qwen3-8B --data aime-2024.jsonl --out traj.jsonl
-    slime-strands inspect traj.jsonl --index 3 [--html traj.html]
+    slime-strands inspect traj.jsonl --index 3:1 [--html traj.html]
     slime-strands drift traj.jsonl
     slime-strands check-template /root/models/Qwen/Qwen3-8B
     slime-strands validate-config configs/strands_math.yaml
@@ -140,11 +140,11 @@ def _sampling_param_flags(flags: Sequence[str]) -> dict[str, Any]:
 
 
 def _inspect(ns: argparse.Namespace) -> int:
-    from .trajectory_file import read_row
+    from .trajectory_keys import find_row
 
     if ns.list:
         return _list_rows(ns.path)
-    _, row = read_row(ns.path, ns.index)
+    _, row = find_row(ns.path, ns.index)
     from .inspect_html import render_html
     from .inspect_terminal import render_terminal, render_token_table
     from .tokenizer_loading import load_tokenizer
@@ -167,16 +167,22 @@ def _inspect(ns: argparse.Namespace) -> int:
 
 
 def _list_rows(path: str) -> int:
+    """One line per trajectory, in key order (the later line of a retried key), keyed as --index takes it."""
     from .text_table import format_columns
-    from .trajectory_file import iter_rows
+    from .trajectory_file import complete_lines
+    from .trajectory_keys import latest_rows
 
-    header = ["index", "key", "dataset", "reward", "status", "termination", "turns", "tool_calls", "tokens"]
+    header = ["key", "dataset", "reward", "status", "termination", "turns", "tool_calls", "tokens"]
+    latest = latest_rows(path)
     rows = [
-        [str(index), row.key, row.dataset, f"{row.reward:g}", row.status, row.termination,
-         str(row.metrics.get("turns", 0)), str(row.metrics.get("tool_calls", 0)), str(sum(len(s) for s in row.segments))]
-        for index, (_, row) in enumerate(iter_rows(path))
+        [row.key, row.dataset, f"{row.reward:g}", row.status, row.termination, str(row.metrics.get("turns", 0)),
+         str(row.metrics.get("tool_calls", 0)), str(sum(len(s) for s in row.segments))]
+        for _, row in latest
     ]  # fmt: skip
     print(format_columns(header, rows, left=len(header), rule=False))
+    earlier = sum(1 for _ in complete_lines(path)) - len(latest)
+    if earlier:
+        print(f"({earlier} earlier line(s) of retried keys not shown: a key's later line is its trajectory)")
     return EXIT_OK
 
 
@@ -192,10 +198,10 @@ def _color(choice: str) -> bool:
 def _drift(ns: argparse.Namespace) -> int:
     from .drift import format_reports, measure, report_json
     from .tokenizer_loading import load_tokenizer
-    from .trajectory_file import iter_rows, read_row
+    from .trajectory_keys import find_row, latest_rows
 
     rows = (
-        [read_row(ns.path, ns.index)[1]] if ns.index is not None else [row for _, row in iter_rows(ns.path)]
+        [find_row(ns.path, ns.index)[1]] if ns.index is not None else [row for _, row in latest_rows(ns.path)]
     )
     if not rows:
         raise CommandError(
@@ -422,20 +428,20 @@ def _add_inspect(commands: Any) -> None:
         "results, and low-confidence sampled tokens. --html writes one self-contained page (hover a token for "
         "its id and logprob).",
         "  slime-strands inspect aime.jsonl --list\n"
-        "  slime-strands inspect aime.jsonl --index 3\n"
+        "  slime-strands inspect aime.jsonl --index 3:1\n"
         "  slime-strands inspect aime.jsonl --index -1 --html last.html\n"
         "  slime-strands inspect aime.jsonl --index 3 --tokens | grep -P '\\t1\\t-[3-9]'",
     )
     p.add_argument("path", help="trajectory JSONL written by slime-strands eval --out")
     p.add_argument(
         "--index",
-        metavar="I",
-        type=int,
-        default=0,
-        help="which trajectory: 0-based line order, negative from the end (default: 0)",
+        metavar="KEY",
+        help="which trajectory, by row key as --list shows it: P:S is sample S of prompt P (its position in "
+        "--data), P alone is P:0, -K the K-th from the end in key order (default: the first key). Not the line "
+        "order: lines are written as episodes finish",
     )
     p.add_argument(
-        "--list", action="store_true", help="list the trajectories (index, key, reward, status, ...)"
+        "--list", action="store_true", help="list the trajectories in key order (key, reward, status, ...)"
     )
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page instead of printing")
     p.add_argument(
@@ -473,11 +479,13 @@ def _add_drift(commands: Any) -> None:
         "text, and if it were re-rendered with the chat template (Qwen3 drops empty and earlier reasoning, tool "
         "calls are re-serialised): counts, trained tokens among them, share, and the first difference. The "
         "number that shows why token-in/token-out matters.",
-        "  slime-strands drift aime.jsonl\n  slime-strands drift aime.jsonl --index 3 --json",
+        "  slime-strands drift aime.jsonl\n  slime-strands drift aime.jsonl --index 3:1 --json",
     )
     p.add_argument("path", help="trajectory JSONL written by slime-strands eval --out")
     p.add_argument(
-        "--index", metavar="I", type=int, help="only this trajectory (0-based; negative from the end)"
+        "--index",
+        metavar="KEY",
+        help="only this trajectory: its row key P:S (P alone is P:0, -K the K-th from the end in key order)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per trajectory instead of the table")
     p.add_argument(

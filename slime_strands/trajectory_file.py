@@ -52,9 +52,10 @@ __all__ = [
     "TokenSegment",
     "TrajectoryRow",
     "TrajectoryWriter",
+    "complete_lines",
     "has_torn_tail",
     "iter_rows",
-    "read_row",
+    "parse_row",
     "row_key",
     "template_tools",
 ]
@@ -358,36 +359,21 @@ def _reasoning(message: Mapping[str, Any]) -> str | None:
 def iter_rows(path: str | Path) -> Iterator[tuple[int, TrajectoryRow]]:
     """``(line number, row)`` of every complete line; a last line without its newline (a run killed mid-write)
     is skipped. CommandError names the first malformed line."""
-    for number, raw in _complete_lines(path):
-        try:
-            yield number, TrajectoryRow.from_json(json.loads(raw))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise CommandError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
+    for number, raw in complete_lines(path):
+        yield number, parse_row(path, number, raw)
 
 
-def read_row(path: str | Path, index: int) -> tuple[int, TrajectoryRow]:
-    """``(line number, row)`` of the ``index``-th complete row (negative counts from the end), parsing only that
-    one; CommandError when there is no such row."""
-    total = sum(1 for _ in _complete_lines(path))
-    if not -total <= index < total:
-        held = f"{total} trajector{'y' if total == 1 else 'ies'}"
-        raise CommandError(
-            f"{path}: no trajectory at index {index}: the file holds {held}",
-            hint=f"use an index from 0 to {total - 1} (or -1 for the last); --list shows them"
-            if total
-            else "the file is empty: run `slime-strands eval ... --out FILE` first",
-        )
-    wanted = index % total
-    for position, (number, raw) in enumerate(_complete_lines(path)):
-        if position == wanted:
-            try:
-                return number, TrajectoryRow.from_json(json.loads(raw))
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                raise CommandError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
-    raise CommandError(f"{path}: changed while it was read", hint="run the command again")
+def parse_row(path: str | Path, number: int, raw: bytes) -> TrajectoryRow:
+    """Line ``number`` of ``path`` as a row; CommandError naming the line when it is not one."""
+    try:
+        return TrajectoryRow.from_json(json.loads(raw))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CommandError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
 
 
-def _complete_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+def complete_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of every non-blank line that ends with its newline; CommandError when there is
+    no such file."""
     source = Path(path)
     if not source.is_file():
         raise CommandError(f"{path}: no such trajectory file", hint=_FILE_HINT)

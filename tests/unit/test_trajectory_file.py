@@ -18,9 +18,9 @@ from slime_strands.trajectory_file import (
     TrajectoryWriter,
     has_torn_tail,
     iter_rows,
-    read_row,
     row_key,
 )
+from slime_strands.trajectory_keys import find_row, latest_rows
 
 
 def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow:
@@ -81,7 +81,7 @@ def test_rows_round_trip_exactly(tmp_path):
         "tools": "o" * 16,
         "model": "m" * 16,
     }
-    assert read_row(path, -1)[1] == rows[2] and read_row(path, 0) == (1, rows[0])
+    assert find_row(path, "-1")[1] == rows[2] and find_row(path, "0:0") == (1, rows[0])
     assert rows[0].correct and not rows[1].correct
 
 
@@ -132,20 +132,37 @@ def test_malformed_rows_are_named_by_line(tmp_path, mutate, message):
     assert "slime-strands eval --out" in raised.value.hint
 
 
-def test_read_row_errors(tmp_path):
+def test_rows_are_found_by_key_not_by_line(tmp_path):
+    """Lines come in completion order, a retried key twice: --index names the key, its later line wins."""
+    path = tmp_path / "t.jsonl"
+    failed = make_row(0, 1, status="FAILED", termination="failure", segments=[], messages=[])
+    retried = make_row(0, 1, reward=0.0)
+    write(path, [make_row(2, 0), failed, make_row(0, 0), make_row(10, 1), retried])
+    assert [row.key for _, row in latest_rows(path)] == ["0:0", "0:1", "2:0", "10:1"], "numeric key order"
+    assert find_row(path) == (3, make_row(0, 0)), "the first key by default"
+    assert find_row(path, "0:1") == (5, retried) and find_row(path, "2") == (1, make_row(2, 0))
+    assert find_row(path, "-1")[1].key == "10:1" and find_row(path, "-4")[1].key == "0:0"
+    written_otherwise = tmp_path / "sorted-keys.jsonl"  # a key the writer did not put first is still found
+    written_otherwise.write_text(json.dumps(retried.to_json(), sort_keys=True) + "\n")
+    assert find_row(written_otherwise, "0:1") == (1, retried)
+
+
+def test_find_row_errors(tmp_path):
     path = tmp_path / "t.jsonl"
     write(path, [make_row(0, 0), make_row(1, 0)])
-    with pytest.raises(CommandError, match="no trajectory at index 2: the file holds 2 trajectories"):
-        read_row(path, 2)
-    with pytest.raises(CommandError, match="index -3"):
-        read_row(path, -3)
+    with pytest.raises(CommandError, match="no trajectory with key 2:0: the file holds keys 0:0 to 1:0 "):
+        find_row(path, "2")
+    with pytest.raises(CommandError, match="no trajectory at --index -3"):
+        find_row(path, "-3")
+    with pytest.raises(CommandError, match="'1/2' is not a row key"):
+        find_row(path, "1/2")
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(CommandError) as raised:
-        read_row(empty, 0)
-    assert "holds 0 trajectories" in str(raised.value) and "run `slime-strands eval" in raised.value.hint
+        find_row(empty, "0")
+    assert "no trajectories" in str(raised.value) and "run `slime-strands eval" in raised.value.hint
     with pytest.raises(CommandError, match="no such trajectory file"):
-        read_row(tmp_path / "missing.jsonl", 0)
+        find_row(tmp_path / "missing.jsonl", "0")
 
 
 def test_a_failed_episode_row_holds_no_tokens_and_a_bounded_error():
