@@ -52,17 +52,18 @@ def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def cli_env() -> dict[str, str]:
-    """The environment of a ``slime-strands`` child process: this checkout and the test tools importable."""
-    path = [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
+def cli_env(*first: Path) -> dict[str, str]:
+    """The environment of a ``slime-strands`` child process: the test tools importable (after ``first``)."""
+    path = [*map(str, first), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
-def start_cli(*argv: str) -> subprocess.Popen[str]:
-    """``python -m slime_strands.cli argv...`` as a real process (what a user's shell runs)."""
+def start_cli(*argv: str, path: Sequence[Path] = ()) -> subprocess.Popen[str]:
+    """``python -m slime_strands.cli argv...`` as a real process (what a user's shell runs); ``path``: folders
+    imported from first."""
     return subprocess.Popen(
         [sys.executable, "-m", "slime_strands.cli", *argv],
-        env=cli_env(),
+        env=cli_env(*path),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -72,10 +73,10 @@ def start_cli(*argv: str) -> subprocess.Popen[str]:
     )
 
 
-def run_cli_process(*argv: str, timeout: float = 90) -> tuple[int, str, str]:
+def run_cli_process(*argv: str, timeout: float = 90, path: Sequence[Path] = ()) -> tuple[int, str, str]:
     """``slime-strands argv...`` in a child process: exit status, stdout, stderr (the timeout is a safety net
     for a hung process, not a speed requirement)."""
-    process = start_cli(*argv)
+    process = start_cli(*argv, path=path)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     finally:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import CALL_ADD, check_row, eval_argv, latest, read_rows, run_cli, write_config, write_data
 
+from slime_strands.install_hints import install_command
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 
 pytestmark = pytest.mark.timeout(120)
@@ -443,7 +444,9 @@ def test_wandb_not_installed(server, data, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     code, _, stderr = run_cli(capsys, *eval_argv(server.base_url, data, "--wandb-project", "p"))
     assert code == 2
-    assert "pip install 'slime-strands[wandb]'" in _one_error_line(stderr)
+    assert f"--wandb-project needs wandb, which is not installed -- hint: {install_command('wandb')}" in (
+        _one_error_line(stderr)
+    )
 
 
 def test_resume_refuses_a_file_of_other_data(server, data, tmp_path, capsys):

@@ -4,7 +4,9 @@ real Qwen3 tokenizer, the SGLang-protocol test server over HTTP."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import urllib.parse
 
 import pytest
 from cli_helpers import (
@@ -192,3 +194,25 @@ def test_a_row_holds_no_more_than_its_trajectory(tokenizer, tmp_path, capsys):
         assert row["segments"] == [] and row["messages"] == []
     assert "the prompt left no room to generate (context_full)" in stderr
     assert "a rerun fails the same way" in stderr
+
+
+def test_the_wandb_hint_matches_the_install(server, data, tmp_path):
+    """Without wandb, the hint is the pip command for THIS install: ``pip install -e '<clone>[wandb]'`` for
+    the README's editable install (a plain ``pip install 'slime-strands[wandb]'`` would fetch another copy)."""
+    missing = tmp_path / "site"
+    (missing / "wandb").mkdir(parents=True)
+    (missing / "wandb" / "__init__.py").write_text("raise ImportError('No module named wandb')\n")
+    code, _, stderr = run_cli_process(
+        *eval_argv(server.base_url, data, "--wandb-project", "p"), path=[missing]
+    )
+    assert code == 2, stderr
+    origin = json.loads(importlib.metadata.distribution("slime-strands").read_text("direct_url.json") or "{}")
+    if (origin.get("dir_info") or {}).get("editable"):
+        folder = urllib.parse.unquote(urllib.parse.urlparse(origin["url"]).path)
+        hint = f"pip install -e '{folder}[wandb]'"
+    else:
+        hint = "pip install 'slime-strands[wandb]'"
+    assert f"--wandb-project needs wandb, which is not installed -- hint: {hint} (or drop" in error_line(
+        stderr, "eval"
+    )
+    assert not server.requests
