@@ -41,7 +41,7 @@ _EXIT_CODES = f"""exit status:
   {EXIT_OK}    done
   {EXIT_FAILURES}    a check failed, or some eval trajectories FAILED (the summary groups them by cause)
   {EXIT_USAGE}    usage or input error (arguments, data / config / trajectory file, tokenizer, template, tool)
-  {EXIT_SERVER}    the SGLang server or router cannot be reached (eval)
+  {EXIT_SERVER}    the SGLang server or router cannot be reached, or stopped answering during an eval
   {EXIT_INTERRUPTED}  interrupted (an eval with --out resumes where it stopped)"""
 
 LOW_LOGPROB = -2.3
