@@ -6,10 +6,14 @@ with the plugin settings, the shared :class:`~slime_strands.runtime.Runtime` and
 by the reward slime's eval config uses (:func:`slime_strands.reward.accuracy`, fed the same sample fields
 ``generate`` writes), so the accuracy here is the accuracy ``eval/<name>`` would show.
 
-Everything runs on one event loop: ``concurrency`` workers pull (prompt, sample) pairs, tokenizer and
-template work stays in the episode's thread pool, and rows are serialised and appended by one writer thread.
-Resuming: the rows already in ``--out`` (keyed ``<prompt index>:<sample>``) whose episode did not FAIL are
-kept and skipped; FAILED and ABORTED ones run again (the later line of a key wins).
+Before the first episode, whatever would fail every episode alike is refused (data rows, settings, sampling
+values, tools, template, the server, prompts longer than the window, an ``--out`` file of other data or of
+another configuration: ``eval_resume``, ``eval_digest``, ``eval_prompt_fit``). Everything then runs on one
+event loop: ``concurrency`` workers pull (prompt, sample) pairs, tokenizer and template work stays in the
+episode's thread pool, rows are serialised and appended by one writer thread, and ``eval_server_watch`` ends
+the run within seconds when the server stops answering. Resuming: the rows already in ``--out`` (keyed
+``<prompt index>:<sample>``) whose episode did not FAIL are kept and skipped; FAILED and ABORTED ones run
+again (the later line of a key wins).
 """
 
 from __future__ import annotations

@@ -145,8 +145,10 @@ class TrajectoryRow:
         tokenizer: str,
         tools: list[dict[str, Any]] | None,
         chat_template_kwargs: Mapping[str, Any],
-        config: ConfigDigest,
+        config: ConfigDigest | None = None,
     ) -> TrajectoryRow:
+        """The row of one finished episode; ``config``: the digests of the configuration that ran it (what an
+        eval resume checks: a row without them is not resumed)."""
         saved = record.to_metadata()
         segments = _segments(record)
         return cls(
