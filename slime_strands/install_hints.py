@@ -2,43 +2,36 @@
 
 ``pip install 'slime-strands[wandb]'`` is right for an install from an index and wrong for a clone installed
 with ``pip install -e .`` (it would fetch another copy), which is how the README installs it; there the command
-is ``pip install -e '<the clone>[wandb]'``. pip records which one it did in the distribution's
-``direct_url.json`` (PEP 610); a checkout imported without being installed gets the editable form too.
+is ``pip install -e '<the clone>[wandb]'``. Which one applies is read from where the package is imported from: a
+source checkout has this project's ``pyproject.toml`` beside the package folder (an editable install, or a
+checkout on the path), an installed copy does not. (The distribution's PEP 610 ``direct_url.json`` cannot be
+trusted for this: run from a checkout, ``importlib.metadata`` finds the checkout's own ``*.egg-info`` first,
+which has none.)
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
+import re
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 __all__ = ["install_command"]
 
 DISTRIBUTION = "slime-strands"
+_NAME = re.compile(r'^name\s*=\s*"slime-strands"\s*$', re.MULTILINE)
 
 
-def install_command(extra: str, distribution: importlib.metadata.Distribution | None = None) -> str:
-    """``pip install -e '<folder>[extra]'`` for an editable install or an uninstalled checkout, else
-    ``pip install 'slime-strands[extra]'``; ``distribution`` defaults to the installed one."""
-    folder = _editable_folder(distribution)
-    if folder is not None:
-        return f"pip install -e '{folder}[{extra}]'"
+def install_command(extra: str, package_dir: Path | None = None) -> str:
+    """``pip install -e '<checkout>[extra]'`` when the package is imported from a source checkout, else
+    ``pip install 'slime-strands[extra]'``; ``package_dir``: the imported ``slime_strands`` folder (default:
+    this one)."""
+    checkout = (package_dir or Path(__file__).resolve().parent).parent
+    if _is_this_project(checkout / "pyproject.toml"):
+        return f"pip install -e '{checkout}[{extra}]'"
     return f"pip install '{DISTRIBUTION}[{extra}]'"
 
 
-def _editable_folder(distribution: importlib.metadata.Distribution | None) -> str | None:
-    if distribution is None:
-        try:
-            distribution = importlib.metadata.distribution(DISTRIBUTION)
-        except importlib.metadata.PackageNotFoundError:
-            checkout = Path(__file__).resolve().parents[1]
-            return str(checkout) if (checkout / "pyproject.toml").is_file() else None
+def _is_this_project(pyproject: Path) -> bool:
     try:
-        origin = json.loads(distribution.read_text("direct_url.json") or "{}")
-    except ValueError:
-        return None
-    if not isinstance(origin, dict) or not (origin.get("dir_info") or {}).get("editable"):
-        return None
-    url = urlparse(str(origin.get("url", "")))
-    return unquote(url.path) if url.scheme == "file" and url.path else None
+        return _NAME.search(pyproject.read_text(encoding="utf-8")) is not None
+    except (OSError, UnicodeDecodeError):
+        return False

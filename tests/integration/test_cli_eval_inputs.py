@@ -4,9 +4,8 @@ real Qwen3 tokenizer, the SGLang-protocol test server over HTTP."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import urllib.parse
+from pathlib import Path
 
 import pytest
 from cli_helpers import (
@@ -198,7 +197,8 @@ def test_a_row_holds_no_more_than_its_trajectory(tokenizer, tmp_path, capsys):
 
 def test_the_wandb_hint_matches_the_install(server, data, tmp_path):
     """Without wandb, the hint is the pip command for THIS install: ``pip install -e '<clone>[wandb]'`` for
-    the README's editable install (a plain ``pip install 'slime-strands[wandb]'`` would fetch another copy)."""
+    the README's editable install (a plain ``pip install 'slime-strands[wandb]'`` would fetch another copy),
+    even with the clone's own ``*.egg-info`` (no PEP 610 record) first on the path, as it is when run there."""
     missing = tmp_path / "site"
     (missing / "wandb").mkdir(parents=True)
     (missing / "wandb" / "__init__.py").write_text("raise ImportError('No module named wandb')\n")
@@ -206,12 +206,7 @@ def test_the_wandb_hint_matches_the_install(server, data, tmp_path):
         *eval_argv(server.base_url, data, "--wandb-project", "p"), path=[missing]
     )
     assert code == 2, stderr
-    origin = json.loads(importlib.metadata.distribution("slime-strands").read_text("direct_url.json") or "{}")
-    if (origin.get("dir_info") or {}).get("editable"):
-        folder = urllib.parse.unquote(urllib.parse.urlparse(origin["url"]).path)
-        hint = f"pip install -e '{folder}[wandb]'"
-    else:
-        hint = "pip install 'slime-strands[wandb]'"
+    hint = f"pip install -e '{Path(__file__).resolve().parents[2]}[wandb]'"  # the eval runs from this clone
     assert f"--wandb-project needs wandb, which is not installed -- hint: {hint} (or drop" in error_line(
         stderr, "eval"
     )
