@@ -40,7 +40,7 @@ from .client import (
 from .errors import SlimeStrandsError
 from .families import select_tool_parser
 from .record import Termination
-from .sampling import SGLANG_SAMPLING_KEYS, check_sampling_keys
+from .sampling import SGLANG_SAMPLING_KEYS, check_sampling_keys, check_sampling_values
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
 from .tool_parsers.events import (
@@ -213,6 +213,7 @@ class SGLangModel(Model):
         if "params" in model_config:
             params = dict(model_config["params"] or {})
             check_sampling_keys(params, "SGLangModel sampling params")
+            check_sampling_values(params, "SGLangModel sampling params")
             model_config["params"] = params
         if model_config.get("context_length") is not None:
             model_config["context_window_limit"] = model_config["context_length"]
