@@ -76,7 +76,8 @@ compute a tower of powers)."""
 @dataclass(frozen=True)
 class _UserTurn:
     """Where the first user message's text sits in a rendered conversation: what the template writes right
-    before it (``header``) and right after it (``end``). Empty ``header``: unknown, the whole text is read."""
+    before it (``header``; empty: unknown, the whole text is read) and right after it (``end``: the template's
+    end of a user turn, or its generation prompt when a user turn has no end of its own, as in GLM's)."""
 
     header: str
     end: str
@@ -86,27 +87,26 @@ class _UserTurn:
         mark = "PROBLEM-5e1c"
         alone = renderer.render([{"role": "user", "content": mark}], add_generation_prompt=False)
         before, _, after = alone.partition(mark)
+        end = after or renderer.facts.generation_prompt
         try:
             system = {"role": "system", "content": "SYSTEM-5e1c"}
             with_system = renderer.render(
                 [system, {"role": "user", "content": mark}], add_generation_prompt=False
             )
-            before_too = with_system.partition(mark)[0]
         except Exception:  # a template that refuses a system message: the header is not known
-            return cls("", after)
+            return cls("", end)
+        before_too = with_system.partition(mark)[0]
         common = 0
         while common < min(len(before), len(before_too)) and before[-1 - common] == before_too[-1 - common]:
             common += 1
-        return cls(before[len(before) - common :], after)
+        return cls(before[len(before) - common :], end)
 
     def split(self, text: str) -> tuple[str, str]:
-        """``(the first user message's text, everything after it)``."""
+        """``(the first user message's text, the text from its start on)``."""
         start = text.find(self.header) if self.header else -1
-        if start < 0:
-            return text, ""
-        start += len(self.header)
+        start = 0 if start < 0 else start + len(self.header)
         end = text.find(self.end, start) if self.end else -1
-        return (text[start:], "") if end < 0 else (text[start:end], text[end:])
+        return text[start : None if end < 0 else end], text[start:]
 
 
 class MathPolicy:
@@ -123,7 +123,8 @@ class MathPolicy:
         self._user_turn = _UserTurn.of(self._renderer)
         self._sequence = random.Random(seed)
         self._lock = threading.Lock()
-        if self._turn(_call_message("", "value = 1")) is None:
+        probe = self._turn(_call_message("", "value = 1"))
+        if probe is None or TOOL_NAME not in probe:
             name = getattr(tokenizer, "name_or_path", tokenizer)
             raise ValueError(f"the chat template of {name!r} renders no tool call: the math policy needs one")
 
@@ -188,7 +189,9 @@ def _call_message(reasoning: str, program: str) -> dict[str, Any]:
         "role": "assistant",
         "reasoning_content": reasoning,
         "content": "",
-        "tool_calls": [{"id": "call_0", "type": "function", "function": call}],
+        "tool_calls": [
+            {"id": f"functions.{TOOL_NAME}:0", "type": "function", "function": call}
+        ],  # Kimi's id form
     }
 
 
@@ -209,7 +212,9 @@ def read_expression(problem: str) -> str | None:
 
 
 def _balanced(expression: str) -> str:
-    """Without the unmatched parentheses at its ends (``(see 3 + 4)`` reads ``3 + 4``)."""
+    """Without the dangling operators and unmatched parentheses at its ends (``(see 3 + 4)`` reads ``3 + 4``,
+    ``84 / 7 * 3 (exactly)`` reads ``84 / 7 * 3``)."""
+    expression = expression.lstrip(")+*/ ").rstrip("(+-*/ ")
     while expression.startswith("(") and expression.count("(") > expression.count(")"):
         expression = expression[1:].lstrip()
     while expression.endswith(")") and expression.count(")") > expression.count("("):
