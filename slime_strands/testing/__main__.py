@@ -4,7 +4,9 @@ stand-in with a scripted math policy, for trying the package without a GPU."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from ..command_errors import EXIT_INTERRUPTED, CommandError
@@ -28,10 +30,14 @@ def _parser() -> argparse.ArgumentParser:
     defaults = DemoServerOptions()
     parser = argparse.ArgumentParser(
         prog=_PROG,
-        description="Serve the SGLang protocol on HOST:PORT with a scripted math policy, until Ctrl-C: it reads "
-        "the problem, calls execute_python_code once in the template's tool-call format, then answers "
-        "'Answer: \\boxed{N}'; seeded, it slips (a wrong answer) with probability --wrong-rate. Token-in/"
-        "token-out answers as SGLang 0.5.23 gives them: try slime-strands eval, inspect and drift without a GPU.",
+        description=textwrap.fill(
+            "Serve the SGLang protocol on HOST:PORT with a scripted math policy, until Ctrl-C: it reads the "
+            "problem, calls execute_python_code once in the template's tool-call format, then answers "
+            "'Answer: \\boxed{N}'; seeded, it slips (a wrong answer) with probability --wrong-rate. Token-in/"
+            "token-out answers as SGLang 0.5.23 gives them: try slime-strands eval, inspect and drift without a "
+            "GPU.",
+            100,
+        ),
         epilog="example:\n  python -m slime_strands.testing --port 30000 &\n"
         "  slime-strands check-server http://127.0.0.1:30000 --wait 60\n"
         "  slime-strands eval --base-url http://127.0.0.1:30000 --tokenizer qwen3-demo --data demo.jsonl",
@@ -71,12 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     options = DemoServerOptions(
-        host=ns.host,
-        port=ns.port,
-        tokenizer=ns.tokenizer,
-        seed=ns.seed,
-        wrong_rate=ns.wrong_rate,
-        context_length=ns.context_length,
+        **{f.name: getattr(ns, f.name) for f in dataclasses.fields(DemoServerOptions)}
     )
     try:
         return serve(options)

