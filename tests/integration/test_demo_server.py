@@ -184,3 +184,11 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     assert len(lines) == 1 and lines[0].startswith(
         f"python -m slime_strands.testing: error: tokenizer {missing!r} not found: no such file or folder -- hint: "
     )
+
+
+def test_listening_on_every_address_gives_a_loopback_url(tokenizer):
+    with build_demo_server(tokenizer, DemoServerOptions(host="0.0.0.0", port=0)) as server:
+        assert server.base_url == f"http://127.0.0.1:{server.port}"
+        with urllib.request.urlopen(f"{server.base_url}/v1/models", timeout=30) as answer:
+            models = json.load(answer)
+    assert [card["id"] for card in models["data"]] == ["slime-strands/demo-math-policy"]
