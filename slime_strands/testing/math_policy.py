@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat import ChatRenderer
+from ..chat import ChatRenderer, TemplateError
 from ..families import render_assistant_turn
 from .server import Turn
 
@@ -93,7 +93,7 @@ class _UserTurn:
             with_system = renderer.render(
                 [system, {"role": "user", "content": mark}], add_generation_prompt=False
             )
-        except Exception:  # a template that refuses a system message: the header is not known
+        except TemplateError:  # a template that refuses a system message: the header is not known
             return cls("", end)
         before_too = with_system.partition(mark)[0]
         common = 0
