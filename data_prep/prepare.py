@@ -3,6 +3,7 @@
     python -m data_prep.prepare --dataset dapo-math-17k --out /root/data/dapo-math-17k.jsonl
     python -m data_prep.prepare --dataset aime-2024 --out /root/data/aime-2024.jsonl
     python -m data_prep.prepare --dataset dapo-math-17k --source ./my-copy.parquet --out train.jsonl
+    python -m data_prep.prepare --dataset demo --out demo.jsonl   # 8 arithmetic problems built in, offline
 
 Every output line is ``{"prompt": [{"role": "user", "content": ...}], "label": "34"}`` (plus
 ``"metadata": {...}`` when the source row has one), read by slime with
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .demo import DEMO_SOURCE, demo_rows
+
 __all__ = ["DATASETS", "DatasetSpec", "PrepareResult", "main", "prepare", "validate_row"]
 
 VALID_ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -52,6 +55,9 @@ DATASETS: dict[str, DatasetSpec] = {
         "zhuzilin/dapo-math-17k", description="DAPO math training set (~17.4k problems, integer answers)"
     ),
     "aime-2024": DatasetSpec("zhuzilin/aime-2024", description="AIME 2024 (30 problems, integer answers)"),
+    "demo": DatasetSpec(
+        DEMO_SOURCE, description="8 arithmetic problems built in: no download (the demo server)"
+    ),
 }
 
 
@@ -250,7 +256,10 @@ def _read_hub(source: str, split: str) -> Iterator[Any]:
 
 
 def read_rows(source: str, split: str = "train") -> Iterator[Any]:
-    """Rows of a local .jsonl / .json / .parquet file, or of a hub dataset id (via ``datasets``)."""
+    """Rows of a local .jsonl / .json / .parquet file, of a hub dataset id (via ``datasets``), or the built-in
+    demo problems."""
+    if source == DEMO_SOURCE:
+        return demo_rows()
     if _looks_local(source):
         path = Path(source).expanduser()
         if not path.is_file():

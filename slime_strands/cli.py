@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -269,10 +270,11 @@ def _check_server(ns: argparse.Namespace) -> int:
     async def check() -> int:
         client = SGLangClient(ns.url, max_retries=1, retry_delay=0.5, timeout=10.0)
         try:
-            healthy = await client.health()
+            healthy = await _healthy_within(client, ns.wait)
             print(f"{ns.url}/health: {'ok' if healthy else 'NOT healthy'}")
             if not healthy:
-                _say(ns, f"cannot reach a healthy SGLang server at {ns.url}", hint=_SERVER_HINT)
+                within = f" within {ns.wait:g} s" if ns.wait > 0 else ""
+                _say(ns, f"cannot reach a healthy SGLang server at {ns.url}{within}", hint=_SERVER_HINT)
                 return EXIT_FAILURES
             try:
                 print(f"model_info: {await client.model_info()}")
@@ -287,6 +289,17 @@ def _check_server(ns: argparse.Namespace) -> int:
             await client.aclose()
 
     return asyncio.run(check())
+
+
+async def _healthy_within(client: Any, seconds: float) -> bool:
+    """``/health`` until it answers 200 or ``seconds`` pass (0: once): a server started in the background
+    answers once it has loaded."""
+    deadline = time.monotonic() + seconds
+    while not await client.health():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.25)
+    return True
 
 
 _SERVER_HINT = "start it (python -m sglang.launch_server --model-path MODEL --port 30000) or check the URL"
@@ -541,10 +554,19 @@ def _add_checks(commands: Any) -> None:
         commands,
         "check-server",
         "check an SGLang server or router is reachable",
-        "Check an SGLang server or router: /health, its model info and context window.",
-        "  slime-strands check-server http://127.0.0.1:30000",
+        "Check an SGLang server or router: /health, its model info and context window. --wait waits for a "
+        "server still starting (in the background) to answer.",
+        "  slime-strands check-server http://127.0.0.1:30000\n"
+        "  slime-strands check-server http://127.0.0.1:30000 --wait 600   # until it has loaded",
     )
     server.add_argument("url", help="e.g. http://127.0.0.1:30000")
+    server.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=float,
+        default=0.0,
+        help="keep asking /health for up to this long (default: 0, ask once)",
+    )
     server.set_defaults(run=_check_server)
 
 
