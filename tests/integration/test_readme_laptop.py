@@ -7,6 +7,8 @@ Around the block, never inside it:
 - ``pip`` is a shell function that checks, instead of installing, that what the block's ``pip install`` line
   names is installed here (this test must not reinstall the package into the environment running it): the
   extra must exist in ``pyproject.toml`` and each of its requirements be installed at its pinned version;
+- ``python3 -m venv .venv`` links ``.venv`` to the virtual environment running this test, which the block's
+  ``. .venv/bin/activate`` then activates (so the ``pip`` check above looks at the right environment);
 - the block's port 30000 becomes a free one (parallel runs, or a real server on 30000, must not collide);
 - after the block, the shell waits for the demo server it stopped and prints its exit status.
 """
@@ -96,7 +98,8 @@ def _free_port() -> int:
 def test_the_block_is_what_a_newcomer_needs():
     block = _block()
     lines = block.splitlines()
-    assert lines[0].startswith("pip install -e '.[demo]'")
+    assert lines[:2] == ["python3 -m venv .venv", ". .venv/bin/activate"]
+    assert lines[2].startswith("pip install -e '.[demo]'")
     assert block.count(PORT) == 3, "the server, the wait and eval name the same port"
     assert "--tokenizer qwen3-demo" in block and "--config configs/strands_math.yaml" in block
     assert "python -m slime_strands.testing --port 30000 &" in block and lines[-1].startswith("kill %1")
@@ -104,6 +107,7 @@ def test_the_block_is_what_a_newcomer_needs():
 
 
 def test_the_readme_laptop_block_runs(tmp_path):
+    assert Path(sys.prefix, "bin", "activate").is_file(), "the test runs in a virtualenv, as the block does"
     port = _free_port()
     (tmp_path / "configs").symlink_to(ROOT / "configs")
     (tmp_path / "pip_check.py").write_text(PIP_CHECK)
@@ -111,6 +115,10 @@ def test_the_readme_laptop_block_runs(tmp_path):
         [
             "set -eo pipefail",
             f'pip() {{ python pip_check.py "{ROOT / "pyproject.toml"}" "$@"; }}',
+            # the block's `python3 -m venv .venv` makes .venv the environment running this test (its
+            # `. .venv/bin/activate` then activates it): what the block installs is checked there, not installed
+            f'python3() {{ if [ "$*" = "-m venv .venv" ]; then ln -s "{sys.prefix}" .venv; '
+            'else command python3 "$@"; fi; }',
             _block().replace(PORT, str(port)),
             "status=0; wait %1 || status=$?",
             'echo "demo server exit status: $status"',
