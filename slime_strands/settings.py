@@ -94,8 +94,9 @@ class SandboxSettings:
     file_size_mb: int = 16
     """RLIMIT_FSIZE: largest file the code may write, in MiB."""
     max_processes: int = 32
-    """Most processes/threads one run may have alive: RLIMIT_NPROC of the run's own uid (when the host runs
-    as root; otherwise only the pid namespace of bwrap / unshare contains them)."""
+    """Most processes/threads one run may have alive: RLIMIT_NPROC of the run's own uid when the host runs
+    as root. Without root the runs share the interpreter's uid, and so one count: ``max_processes`` times
+    ``concurrency`` for all runs together (a run may use what the others leave)."""
     tmp_size_mb: int = 1024
     """Size of each private, RAM-backed tmpfs (``/tmp``, holding every run's directory, and ``/dev/shm``)
     under bwrap and unshare: bounds what hostile code can write in total, where ``file_size_mb`` bounds
