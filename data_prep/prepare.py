@@ -3,6 +3,7 @@
     python -m data_prep.prepare --dataset dapo-math-17k --out /root/data/dapo-math-17k.jsonl
     python -m data_prep.prepare --dataset aime-2024 --out /root/data/aime-2024.jsonl
     python -m data_prep.prepare --dataset dapo-math-17k --source ./my-copy.parquet --out train.jsonl
+    python -m data_prep.prepare --dataset demo --out demo.jsonl   # 8 arithmetic problems built in, offline
 
 Every output line is ``{"prompt": [{"role": "user", "content": ...}], "label": "34"}`` (plus
 ``"metadata": {...}`` when the source row has one), read by slime with
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .demo import DEMO_SOURCE, demo_rows
+
 __all__ = ["DATASETS", "DatasetSpec", "PrepareResult", "main", "prepare", "validate_row"]
 
 VALID_ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -52,11 +55,19 @@ DATASETS: dict[str, DatasetSpec] = {
         "zhuzilin/dapo-math-17k", description="DAPO math training set (~17.4k problems, integer answers)"
     ),
     "aime-2024": DatasetSpec("zhuzilin/aime-2024", description="AIME 2024 (30 problems, integer answers)"),
+    "demo": DatasetSpec(
+        DEMO_SOURCE, description="8 arithmetic problems built in: no download (the demo server)"
+    ),
 }
 
 
 class InputError(Exception):
-    """The source cannot be read (missing file, unknown format, datasets not installed...)."""
+    """The source cannot be read (missing file, unknown format, datasets not installed...); ``hint`` says
+    what to do."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass
@@ -66,6 +77,8 @@ class PrepareResult:
     dropped: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
     """First occurrence of each drop reason: ``"row 12: label '3.5' is not an integer"``."""
+    first_keys: list[str] | None = None
+    """The keys of the source's first row (an object): what ``--input-key`` / ``--label-key`` can name."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,28 +219,47 @@ def _read_parquet(path: Path) -> Iterator[Any]:
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise InputError("reading parquet needs pyarrow: pip install -e '.[data]'") from exc
+        raise InputError("reading parquet needs pyarrow", hint=_install("data")) from exc
     table = pq.read_table(path)
     for batch in table.to_batches():
         yield from batch.to_pylist()
 
 
+def _install(extra: str) -> str:
+    """The pip command adding ``extra`` to this install (imported only here: slime_strands is heavy to load)."""
+    from slime_strands.install_hints import install_command
+
+    return install_command(extra)
+
+
 def _read_hub(source: str, split: str) -> Iterator[Any]:
+    local = (
+        f"or pass a copy of it as a local file: --source ./{source.rsplit('/', 1)[-1]}.parquet "
+        "(.jsonl, .json or .parquet, e.g. saved with datasets' to_parquet where the hub is reachable)"
+    )
     try:
         import datasets  # lazily: heavy, and only needed for hub sources
     except ImportError as exc:
         raise InputError(
-            f"loading {source!r} from the hub needs `datasets`: pip install -e '.[data]'"
+            f"loading {source!r} from the hub needs `datasets`", hint=f"{_install('data')}, {local}"
         ) from exc
     try:
         dataset = datasets.load_dataset(source, split=split)
     except Exception as exc:  # network, auth, unknown id: report, do not trace back
-        raise InputError(f"could not load {source!r} (split {split!r}): {type(exc).__name__}: {exc}") from exc
+        message = " ".join(str(exc).split())
+        raise InputError(
+            f"could not load {source!r} (split {split!r}) from the Hugging Face hub: {type(exc).__name__}: "
+            f"{message}",
+            hint=f"check the dataset id and your access to the hub (HF_TOKEN, HF_HUB_OFFLINE), {local}",
+        ) from exc
     yield from dataset
 
 
 def read_rows(source: str, split: str = "train") -> Iterator[Any]:
-    """Rows of a local .jsonl / .json / .parquet file, or of a hub dataset id (via ``datasets``)."""
+    """Rows of a local .jsonl / .json / .parquet file, of a hub dataset id (via ``datasets``), or the built-in
+    demo problems."""
+    if source == DEMO_SOURCE:
+        return demo_rows()
     if _looks_local(source):
         path = Path(source).expanduser()
         if not path.is_file():
@@ -278,6 +310,8 @@ def prepare(
 
     for row in rows:
         result.read += 1
+        if result.first_keys is None and isinstance(row, Mapping):
+            result.first_keys = [str(key) for key in row]
         if result.read % PROGRESS_EVERY == 0:
             _log(f"read {result.read} rows, {len(records)} valid so far", quiet)
         try:
@@ -415,14 +449,27 @@ def main(argv: list[str] | None = None) -> int:
             quiet=args.quiet,
         )
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}" + (f" -- hint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return 2
-    summary = _summary(result, source, args.out)
+    summary = "\n".join([_summary(result, source, args.out), *_key_hints(result, args)])
     if result.written == 0:
         print(f"error: no valid rows; nothing written\n{summary}", file=sys.stderr)
         return 1
     _log(summary, args.quiet)
     return 0
+
+
+def _key_hints(result: PrepareResult, args: argparse.Namespace) -> list[str]:
+    """``hint:`` lines when the source's rows do not have the prompt / label key the command reads."""
+    keys = result.first_keys
+    if keys is None:
+        return []
+    named = ", ".join(repr(key) for key in keys) or "none"
+    return [
+        f"hint: the source's rows have no {key!r} key (their keys: {named}): pass {flag} KEY naming it"
+        for key, flag in ((args.input_key, "--input-key"), (args.label_key, "--label-key"))
+        if key not in keys
+    ]
 
 
 if __name__ == "__main__":

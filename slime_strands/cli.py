@@ -2,7 +2,7 @@
 see, and check a setup before launching a multi-GPU job.
 
     slime-strands eval --base-url http://127.0.0.1:30000 --tokenizer Qwen/Qwen3-8B --data aime-2024.jsonl --out traj.jsonl
-    slime-strands inspect traj.jsonl --index 3 [--html traj.html]
+    slime-strands inspect traj.jsonl --index 3:1 [--html traj.html]
     slime-strands drift traj.jsonl
     slime-strands check-template /root/models/Qwen/Qwen3-8B
     slime-strands validate-config configs/strands_math.yaml
@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import textwrap
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,9 @@ __all__ = ["main"]
 
 _EXIT_CODES = f"""exit status:
   {EXIT_OK}    done
-  {EXIT_FAILURES}    a check failed, or some eval trajectories FAILED (rerun the same eval to retry them)
+  {EXIT_FAILURES}    a check failed, or some eval trajectories FAILED (the summary groups them by cause)
   {EXIT_USAGE}    usage or input error (arguments, data / config / trajectory file, tokenizer, template, tool)
-  {EXIT_SERVER}    the SGLang server or router cannot be reached (eval)
+  {EXIT_SERVER}    the SGLang server or router cannot be reached, or stopped answering during an eval
   {EXIT_INTERRUPTED}  interrupted (an eval with --out resumes where it stopped)"""
 
 LOW_LOGPROB = -2.3
@@ -52,6 +53,7 @@ LOW_LOGPROB = -2.3
 
 
 def _eval(ns: argparse.Namespace) -> int:
+    from .eval_failures import failure_lines
     from .eval_summary import format_table
     from .evaluation import EvalOptions, run_eval
 
@@ -59,6 +61,7 @@ def _eval(ns: argparse.Namespace) -> int:
         raise CommandError(
             f"--base-url {ns.base_url!r} is not an http(s) URL", hint="write it as http://HOST:PORT"
         )
+    _check_sampling_flags(ns)
     options = EvalOptions(
         base_url=ns.base_url,
         tokenizer=ns.tokenizer,
@@ -89,18 +92,26 @@ def _eval(ns: argparse.Namespace) -> int:
     print(format_table(report.summaries))
     where = f" in {ns.out}" if ns.out else " (not saved: pass --out FILE.jsonl to keep them)"
     print(f"\n{report.ran} trajectories generated, {report.resumed} resumed{where}")
-    if report.failed:
-        print(
-            f"{report.failed} trajectories FAILED (their rows say why); rerun the same command to retry them",
-            file=sys.stderr,
-        )
+    for line in failure_lines(report.failure_errors):  # by cause; "rerun" only where a rerun helps
+        print(line, file=sys.stderr)
     return report.exit_code
+
+
+def _check_sampling_flags(ns: argparse.Namespace) -> None:
+    """``--temperature`` / ``--top-p`` SGLang would refuse (every request, after the run started): one line now."""
+    from .sampling_ranges import range_problem
+
+    for flag, key in (("--temperature", "temperature"), ("--top-p", "top_p")):
+        problem = range_problem(key, getattr(ns, key))
+        if problem:
+            raise CommandError(f"{flag}: {problem}", hint=f"pass a value SGLang accepts to {flag}")
 
 
 def _sampling_param_flags(flags: Sequence[str]) -> dict[str, Any]:
     """``--sampling-param KEY=JSON`` flags as a mapping (a later flag for the same key wins); a CommandError
     naming the flag for a missing ``=``, a value that is not JSON or a key SGLang does not accept."""
     from .sampling import SamplingParamError, SamplingParams
+    from .sampling_ranges import range_problems
 
     hint = "write KEY=JSON, e.g. --sampling-param top_k=20 --sampling-param 'stop=[\"</answer>\"]'"
     params: dict[str, Any] = {}
@@ -119,6 +130,10 @@ def _sampling_param_flags(flags: Sequence[str]) -> dict[str, Any]:
         SamplingParams(params, where="--sampling-param")
     except SamplingParamError as exc:
         raise CommandError(str(exc), hint="fix or drop that --sampling-param") from None
+    problems = range_problems(params)
+    if problems:
+        key, problem = problems[0]
+        raise CommandError(f"--sampling-param {key}: {problem}", hint="fix or drop that --sampling-param")
     return params
 
 
@@ -126,11 +141,11 @@ def _sampling_param_flags(flags: Sequence[str]) -> dict[str, Any]:
 
 
 def _inspect(ns: argparse.Namespace) -> int:
-    from .trajectory_file import read_row
+    from .trajectory_keys import find_row
 
     if ns.list:
         return _list_rows(ns.path)
-    _, row = read_row(ns.path, ns.index)
+    _, row = find_row(ns.path, ns.index)
     from .inspect_html import render_html
     from .inspect_terminal import render_terminal, render_token_table
     from .tokenizer_loading import load_tokenizer
@@ -153,16 +168,22 @@ def _inspect(ns: argparse.Namespace) -> int:
 
 
 def _list_rows(path: str) -> int:
+    """One line per trajectory, in key order (the later line of a retried key), keyed as --index takes it."""
     from .text_table import format_columns
-    from .trajectory_file import iter_rows
+    from .trajectory_file import complete_lines
+    from .trajectory_keys import latest_rows
 
-    header = ["index", "key", "dataset", "reward", "status", "termination", "turns", "tool_calls", "tokens"]
+    header = ["key", "dataset", "reward", "status", "termination", "turns", "tool_calls", "tokens"]
+    latest = latest_rows(path)
     rows = [
-        [str(index), row.key, row.dataset, f"{row.reward:g}", row.status, row.termination,
-         str(row.metrics.get("turns", 0)), str(row.metrics.get("tool_calls", 0)), str(sum(len(s) for s in row.segments))]
-        for index, (_, row) in enumerate(iter_rows(path))
+        [row.key, row.dataset, f"{row.reward:g}", row.status, row.termination, str(row.metrics.get("turns", 0)),
+         str(row.metrics.get("tool_calls", 0)), str(sum(len(s) for s in row.segments))]
+        for _, row in latest
     ]  # fmt: skip
     print(format_columns(header, rows, left=len(header), rule=False))
+    earlier = sum(1 for _ in complete_lines(path)) - len(latest)
+    if earlier:
+        print(f"({earlier} earlier line(s) of retried keys not shown: a key's later line is its trajectory)")
     return EXIT_OK
 
 
@@ -178,10 +199,10 @@ def _color(choice: str) -> bool:
 def _drift(ns: argparse.Namespace) -> int:
     from .drift import format_reports, measure, report_json
     from .tokenizer_loading import load_tokenizer
-    from .trajectory_file import iter_rows, read_row
+    from .trajectory_keys import find_row, latest_rows
 
     rows = (
-        [read_row(ns.path, ns.index)[1]] if ns.index is not None else [row for _, row in iter_rows(ns.path)]
+        [find_row(ns.path, ns.index)[1]] if ns.index is not None else [row for _, row in latest_rows(ns.path)]
     )
     if not rows:
         raise CommandError(
@@ -219,16 +240,27 @@ def _check_template(ns: argparse.Namespace) -> int:
 
 
 def _validate_config(ns: argparse.Namespace) -> int:
-    from .settings import PluginSettings, SettingsError
+    """The file's settings, the tools it names (imported, as a run would) and its sampling values; then what
+    it sets, in a few lines."""
+    from .runtime import import_tools
+    from .sampling_ranges import range_problems
+    from .settings import PluginSettings
+    from .settings_summary import settings_summary
 
     if not Path(ns.path).is_file():
         raise CommandError(f"{ns.path}: no such file", hint="pass the YAML given to --custom-config-path")
     try:
-        settings = PluginSettings.from_yaml(ns.path)
-    except (OSError, SettingsError) as exc:
-        print(f"{ns.path}: invalid: {exc}")
+        settings = PluginSettings.from_yaml(ns.path, other_keys=ns.allow_other_keys)
+        tools = import_tools(settings)
+    except (OSError, ConfigurationError) as exc:
+        print(f"{ns.path}: invalid: {' '.join(str(exc).split())}")
         return EXIT_FAILURES
-    print(f"{ns.path}: ok\n{settings}")
+    problems = range_problems(settings.sampling_params)
+    if problems:
+        key, problem = problems[0]
+        print(f"{ns.path}: invalid: strands.sampling_params.{key}: {problem}")
+        return EXIT_FAILURES
+    print("\n".join([f"{ns.path}: ok", *(f"  {line}" for line in settings_summary(settings, tools))]))
     return EXIT_OK
 
 
@@ -238,10 +270,11 @@ def _check_server(ns: argparse.Namespace) -> int:
     async def check() -> int:
         client = SGLangClient(ns.url, max_retries=1, retry_delay=0.5, timeout=10.0)
         try:
-            healthy = await client.health()
+            healthy = await _healthy_within(client, ns.wait)
             print(f"{ns.url}/health: {'ok' if healthy else 'NOT healthy'}")
             if not healthy:
-                _say(ns, f"cannot reach a healthy SGLang server at {ns.url}", hint=_SERVER_HINT)
+                within = f" within {ns.wait:g} s" if ns.wait > 0 else ""
+                _say(ns, f"cannot reach a healthy SGLang server at {ns.url}{within}", hint=_SERVER_HINT)
                 return EXIT_FAILURES
             try:
                 print(f"model_info: {await client.model_info()}")
@@ -256,6 +289,17 @@ def _check_server(ns: argparse.Namespace) -> int:
             await client.aclose()
 
     return asyncio.run(check())
+
+
+async def _healthy_within(client: Any, seconds: float) -> bool:
+    """``/health`` until it answers 200 or ``seconds`` pass (0: once): a server started in the background
+    answers once it has loaded."""
+    deadline = time.monotonic() + seconds
+    while not await client.health():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.25)
+    return True
 
 
 _SERVER_HINT = "start it (python -m sglang.launch_server --model-path MODEL --port 30000) or check the URL"
@@ -397,20 +441,20 @@ def _add_inspect(commands: Any) -> None:
         "results, and low-confidence sampled tokens. --html writes one self-contained page (hover a token for "
         "its id and logprob).",
         "  slime-strands inspect aime.jsonl --list\n"
-        "  slime-strands inspect aime.jsonl --index 3\n"
+        "  slime-strands inspect aime.jsonl --index 3:1\n"
         "  slime-strands inspect aime.jsonl --index -1 --html last.html\n"
         "  slime-strands inspect aime.jsonl --index 3 --tokens | grep -P '\\t1\\t-[3-9]'",
     )
     p.add_argument("path", help="trajectory JSONL written by slime-strands eval --out")
     p.add_argument(
         "--index",
-        metavar="I",
-        type=int,
-        default=0,
-        help="which trajectory: 0-based line order, negative from the end (default: 0)",
+        metavar="KEY",
+        help="which trajectory, by row key as --list shows it: P:S is sample S of prompt P (its position in "
+        "--data), P alone is P:0, -K the K-th from the end in key order (default: the first key). Not the line "
+        "order: lines are written as episodes finish",
     )
     p.add_argument(
-        "--list", action="store_true", help="list the trajectories (index, key, reward, status, ...)"
+        "--list", action="store_true", help="list the trajectories in key order (key, reward, status, ...)"
     )
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page instead of printing")
     p.add_argument(
@@ -448,11 +492,13 @@ def _add_drift(commands: Any) -> None:
         "text, and if it were re-rendered with the chat template (Qwen3 drops empty and earlier reasoning, tool "
         "calls are re-serialised): counts, trained tokens among them, share, and the first difference. The "
         "number that shows why token-in/token-out matters.",
-        "  slime-strands drift aime.jsonl\n  slime-strands drift aime.jsonl --index 3 --json",
+        "  slime-strands drift aime.jsonl\n  slime-strands drift aime.jsonl --index 3:1 --json",
     )
     p.add_argument("path", help="trajectory JSONL written by slime-strands eval --out")
     p.add_argument(
-        "--index", metavar="I", type=int, help="only this trajectory (0-based; negative from the end)"
+        "--index",
+        metavar="KEY",
+        help="only this trajectory: its row key P:S (P alone is P:0, -K the K-th from the end in key order)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per trajectory instead of the table")
     p.add_argument(
@@ -489,20 +535,38 @@ def _add_checks(commands: Any) -> None:
     config = _command(
         commands,
         "validate-config",
-        "validate a --custom-config-path YAML (strands: section)",
-        "Validate the plugin settings in a YAML file's strands: section (unknown keys and bad values are errors).",
-        "  slime-strands validate-config configs/strands_math.yaml",
+        "validate a --custom-config-path YAML (strands: section), import its tools",
+        "Validate the plugin settings in a YAML file's strands: section (unknown keys, a top-level key other than "
+        "strands and bad values are errors), import the tools it names, and print what it sets: the tools and "
+        "every setting that differs from its default.",
+        "  slime-strands validate-config configs/strands_math.yaml\n"
+        "  slime-strands validate-config my-custom-config.yaml --allow-other-keys",
     )
     config.add_argument("path", help="the YAML file")
+    config.add_argument(
+        "--allow-other-keys",
+        action="store_true",
+        help="accept top-level keys besides strands: (a --custom-config-path file that also holds keys for "
+        "slime's args or another plugin); a near-miss of strands (strand, Strands) stays an error",
+    )
     config.set_defaults(run=_validate_config)
     server = _command(
         commands,
         "check-server",
         "check an SGLang server or router is reachable",
-        "Check an SGLang server or router: /health, its model info and context window.",
-        "  slime-strands check-server http://127.0.0.1:30000",
+        "Check an SGLang server or router: /health, its model info and context window. --wait waits for a "
+        "server still starting (in the background) to answer.",
+        "  slime-strands check-server http://127.0.0.1:30000\n"
+        "  slime-strands check-server http://127.0.0.1:30000 --wait 600   # until it has loaded",
     )
     server.add_argument("url", help="e.g. http://127.0.0.1:30000")
+    server.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=float,
+        default=0.0,
+        help="keep asking /health for up to this long (default: 0, ask once)",
+    )
     server.set_defaults(run=_check_server)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import aiohttp
 
 from .errors import SlimeStrandsError
+from .reachability import reachability_of
 
 __all__ = [
     "CONTEXT_ERROR_PHRASES",
@@ -283,6 +284,8 @@ class SGLangClient:
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._discovery: dict[asyncio.AbstractEventLoop, asyncio.Task[int | None]] = {}
         """The window discovery running on each loop: concurrent turns wait for one instead of each asking."""
+        self.reachability = reachability_of(self.base_url)
+        """Whether the server answers: logged once when it stops and once when it answers again."""
 
     def __repr__(self) -> str:
         return f"SGLangClient({self.base_url!r}, max_connections={self.max_connections})"
@@ -354,8 +357,13 @@ class SGLangClient:
                     response = await self._send(method, path, data, request_headers)
             except _TRANSPORT_ERRORS as exc:  # connect errors, resets, disconnects, timeouts, bad framing
                 last_error = exc
+                self.reachability.failed(f"{method} {path}: {exc!r}")
                 logger.debug("SGLang %s %s failed (%r), attempt %d", method, path, exc, number + 1)
                 continue
+            if response.status_code >= 500:
+                self.reachability.failed(f"{method} {path}: HTTP {response.status_code}")
+            else:
+                self.reachability.answered()
             if response.status_code < 400:
                 return response
             error = _http_error(response)

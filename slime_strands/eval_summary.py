@@ -41,6 +41,8 @@ class Outcome:
     tool_calls: int
     parse_errors: int
     generated_tokens: int
+    error: str | None = None
+    """Why the episode FAILED (the row's ``error``)."""
 
     @classmethod
     def of(cls, row: TrajectoryRow) -> Outcome:
@@ -55,6 +57,7 @@ class Outcome:
             tool_calls=int(metrics.get("tool_calls", 0)),
             parse_errors=sum(int(v) for v in (metrics.get("parse_errors") or {}).values()),
             generated_tokens=int(metrics.get("generated_tokens", 0)),
+            error=row.error,
         )
 
     @property

@@ -13,6 +13,7 @@ from typing import Any
 
 from .command_errors import CommandError
 from .eval_summary import DatasetSummary
+from .install_hints import install_command
 from .trajectory_file import TrajectoryRow
 
 __all__ = ["TABLE_COLUMNS", "WandbEvalLog", "require_wandb", "summary_metrics"]
@@ -39,7 +40,7 @@ def require_wandb() -> Any:
     except ImportError as exc:
         raise CommandError(
             "--wandb-project needs wandb, which is not installed",
-            hint="pip install 'slime-strands[wandb]' (or drop --wandb-project)",
+            hint=f"{install_command('wandb')} (or drop --wandb-project)",
         ) from exc
     return wandb
 

@@ -6,41 +6,49 @@ with the plugin settings, the shared :class:`~slime_strands.runtime.Runtime` and
 by the reward slime's eval config uses (:func:`slime_strands.reward.accuracy`, fed the same sample fields
 ``generate`` writes), so the accuracy here is the accuracy ``eval/<name>`` would show.
 
-Everything runs on one event loop: ``concurrency`` workers pull (prompt, sample) pairs, tokenizer and
-template work stays in the episode's thread pool, and rows are serialised and appended by one writer thread.
-Resuming: the rows already in ``--out`` (keyed ``<prompt index>:<sample>``) whose episode did not FAIL are
-kept and skipped; FAILED and ABORTED ones run again (the later line of a key wins).
+Before the first episode, whatever would fail every episode alike is refused (data rows, settings, sampling
+values, tools, template, the server, prompts longer than the window, an ``--out`` file of other data or of
+another configuration: ``eval_resume``, ``eval_digest``, ``eval_prompt_fit``). Everything then runs on one
+event loop: ``concurrency`` workers pull (prompt, sample) pairs, tokenizer and template work stays in the
+episode's thread pool, rows are serialised and appended by one writer thread, and ``eval_server_watch`` ends
+the run within seconds when the server stops answering. Resuming: the rows already in ``--out`` (keyed
+``<prompt index>:<sample>``) whose episode did not FAIL are kept and skipped; FAILED and ABORTED ones run
+again (the later line of a key wins).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import types
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from .chat import ChatRenderer
 from .client import SGLangClient
 from .command_errors import EXIT_FAILURES, EXIT_OK, EXIT_SERVER, CommandError
 from .episode import EpisodeSpec, run_episode
 from .eval_data import EvalPrompt, load_prompts
+from .eval_digest import ConfigDigest, served_model, settings_part, tokenizer_part, tools_part
 from .eval_progress import EvalProgress
+from .eval_prompt_fit import check_prompts_fit
+from .eval_resume import ResumedRows, check_writable, read_resumable
+from .eval_server_watch import ServerGone, ServerWatch
 from .eval_summary import DatasetSummary, Outcome, summarize
 from .eval_wandb import WandbEvalLog, require_wandb
+from .model import SGLangModel
 from .record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from .reward import accuracy
 from .runtime import Runtime
+from .sampling import merge_sampling_params
+from .sampling_ranges import range_problems
 from .settings import PluginSettings
 from .tokenizer_loading import load_tokenizer
-from .trajectory_file import TrajectoryRow, TrajectoryWriter, iter_rows, row_key, template_tools
+from .trajectory_file import TrajectoryRow, TrajectoryWriter, row_key, template_tools
 
 __all__ = ["EvalOptions", "EvalReport", "run_eval"]
-
-_RETRIED = frozenset({Termination.FAILED.value, Termination.ABORTED.value})
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,8 @@ class EvalReport:
     """Trajectories taken from ``--out``."""
     failed: int
     """FAILED trajectories among all of the plan."""
+    failure_errors: list[str | None] = dataclasses.field(default_factory=list)
+    """The ``error`` of each FAILED trajectory (``eval_failures`` groups them by cause)."""
 
     @property
     def exit_code(self) -> int:
@@ -86,10 +96,10 @@ def run_eval(options: EvalOptions) -> EvalReport:
     settings = _settings(options.config, options.sampling_params)
     wandb = require_wandb() if options.wandb_project else None
     if options.out:
-        _check_writable(options.out)
-    kept = _resume(options.out, prompts, options.n) if options.out else {}
+        check_writable(options.out)
+    resumed = read_resumable(options.out, prompts, options.n) if options.out else ResumedRows()
     tokenizer = load_tokenizer(options.tokenizer)
-    evaluator = _Evaluator(options, settings, tokenizer, prompts, kept, wandb)
+    evaluator = _Evaluator(options, settings, tokenizer, prompts, resumed, wandb)
     return asyncio.run(evaluator.run())
 
 
@@ -100,58 +110,23 @@ def _settings(path: str | None, flags: Mapping[str, Any]) -> PluginSettings:
         settings = PluginSettings()
     else:
         try:
-            settings = PluginSettings.from_yaml(path)
+            settings = PluginSettings.from_yaml(path, other_keys=False)
         except FileNotFoundError:
             raise CommandError(
                 f"{path}: no such config file", hint="pass the plugin YAML (strands: section)"
             ) from None
         except OSError as exc:
             raise CommandError(f"{path}: cannot read the config: {exc}") from exc
+        problems = range_problems(settings.sampling_params)
+        if problems:
+            key, problem = problems[0]
+            raise CommandError(
+                f"{path}: strands.sampling_params.{key}: {problem}", hint="fix that value in the config"
+            )
     if not flags:
         return settings
     merged = settings.sampling_params.with_overrides(flags, where="--sampling-param")
     return dataclasses.replace(settings, sampling_params=merged)
-
-
-def _check_writable(out: str) -> None:
-    """Before any work: a typo in the folder must not surface after the first trajectory."""
-    path = Path(out)
-    folder = path.parent
-    if path.is_dir():
-        problem = "is a folder"
-    elif not folder.is_dir() or not os.access(folder, os.W_OK):
-        problem = f"its folder {folder} does not exist or is not writable"
-    else:
-        return
-    raise CommandError(f"--out {out} {problem}", hint="give a file path in an existing, writable folder")
-
-
-def _resume(out: str, prompts: list[EvalPrompt], n: int) -> dict[str, TrajectoryRow]:
-    """The finished rows of ``out`` that belong to this plan (last line per key); CommandError when the file
-    holds trajectories of other data."""
-    if not Path(out).exists():
-        return {}
-    kept: dict[str, TrajectoryRow] = {}
-    for line, row in iter_rows(out):
-        if row.prompt_index >= len(prompts) or row.sample >= n:
-            continue  # outside this run's --limit / --n: left in the file, not counted
-        expected = prompts[row.prompt_index]
-        if row.prompt_digest != expected.digest:
-            raise CommandError(
-                f"{out}:{line}: holds a trajectory of another prompt at index {row.prompt_index} "
-                f"(data line {expected.line} differs)",
-                hint="resume with the same --data, or write to a new --out file",
-            )
-        if row.termination in _RETRIED:
-            kept.pop(row.key, None)
-        else:
-            kept[row.key] = _light(row)
-    return kept
-
-
-def _light(row: TrajectoryRow) -> TrajectoryRow:
-    """A resumed row without its tokens: only its outcome and table fields are needed (rows are large)."""
-    return dataclasses.replace(row, segments=[], messages=[])
 
 
 class _Evaluator:
@@ -163,15 +138,18 @@ class _Evaluator:
         settings: PluginSettings,
         tokenizer: Any,
         prompts: list[EvalPrompt],
-        kept: Mapping[str, TrajectoryRow],
+        resumed: ResumedRows,
         wandb: Any,
     ) -> None:
         self.options = options
         self.settings = settings
         self.tokenizer = tokenizer
         self.prompts = prompts
-        self.kept = kept
+        self.resumed = resumed
+        self.kept = resumed.kept
         self.wandb = wandb
+        self.digest: ConfigDigest | None = None
+        """The configuration's digests, once the server told its model (:meth:`_check_setup`)."""
         self.outcomes: dict[str, Outcome] = {}
         self.template_kwargs: dict[str, Any] = (
             {} if settings.enable_thinking is None else {"enable_thinking": settings.enable_thinking}
@@ -189,33 +167,15 @@ class _Evaluator:
             retry_delay=settings.retry_delay_s,
         )
         runtime = Runtime(settings, client, tokenizer=self.tokenizer)
-        writer = TrajectoryWriter(options.out) if options.out else None
+        writer: TrajectoryWriter | None = None
         io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-strands-eval-writer")
         log: WandbEvalLog | None = None
         try:
-            await runtime.preflight(self.tokenizer, {})  # tools import, template probe: ConfigurationError
-            if not await client.health():
-                raise CommandError(
-                    f"cannot reach the SGLang server at {options.base_url} (GET /health failed)",
-                    hint="start the server or router (python -m sglang.launch_server --model-path MODEL "
-                    "--port 30000) or fix --base-url; `slime-strands check-server URL` diagnoses it",
-                    exit_code=EXIT_SERVER,
-                )
+            await self._check_setup(runtime)
+            writer = TrajectoryWriter(options.out) if options.out else None  # opened once all is checked
             if self.wandb is not None:
                 log = WandbEvalLog(self.wandb, str(options.wandb_project), self._wandb_config())
-            for row in self.kept.values():
-                self._collect(row, log)
-            todo = [
-                (prompt, sample)
-                for prompt in self.prompts
-                for sample in range(options.n)
-                if row_key(prompt.index, sample) not in self.kept
-            ]
-            progress = EvalProgress(len(self.prompts) * options.n, resumed=list(self.outcomes.values()))
-            try:
-                await self._run_all(todo, _Sinks(runtime, writer, io, progress, log))
-            finally:
-                progress.close()
+            await self._run_plan(_Sinks(runtime, writer, io, log, ServerWatch(client)))
         except BaseException:
             if log is not None:
                 log.abandon(exit_code=1)
@@ -230,33 +190,123 @@ class _Evaluator:
             log.finish(report.summaries, exit_code=report.exit_code)
         return report
 
-    async def _run_all(self, todo: list[tuple[EvalPrompt, int]], sinks: _Sinks) -> None:
-        pending = iter(todo)
-        workers = [
-            asyncio.create_task(self._worker(pending, sinks))
-            for _ in range(min(self.options.concurrency, len(todo)))
+    async def _run_plan(self, sinks: _Sinks) -> None:
+        """Every (prompt, sample) of the plan not resumed from ``--out``, with the progress display; a server
+        that stops answering ends the run (:class:`CommandError`, exit status 3)."""
+        for row in self.kept.values():
+            self._collect(row, sinks.log)
+        todo = [
+            (prompt, sample)
+            for prompt in self.prompts
+            for sample in range(self.options.n)
+            if row_key(prompt.index, sample) not in self.kept
         ]
-        if not workers:
-            return
+        progress = EvalProgress(len(self.prompts) * self.options.n, resumed=list(self.outcomes.values()))
         try:
-            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()  # a ConfigurationError stops the eval: every episode would fail alike
+            await self._run_all(todo, sinks, progress)
+        except ServerGone:
+            raise self._server_gone() from None
         finally:
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            progress.close()
+            await sinks.watch.close()
 
-    async def _worker(self, pending: Iterator[tuple[EvalPrompt, int]], sinks: _Sinks) -> None:
+    def _server_gone(self) -> CommandError:
+        done = f"{len(self.outcomes)} trajectories done"
+        then = (
+            f"{done}, rerun to resume" if self.options.out else f"{done}; pass --out FILE.jsonl to keep them"
+        )
+        return CommandError(
+            f"the server at {self.options.base_url} stopped answering ({then})",
+            hint="start it again (or see why it died), then rerun the same command: the trajectories that were "
+            "running are run again",
+            exit_code=EXIT_SERVER,
+        )
+
+    async def _check_setup(self, runtime: Runtime) -> None:
+        """What would fail every episode alike, before the first one: tools, template, the server, and a
+        ``--out`` file of another configuration."""
+        await runtime.preflight(self.tokenizer, {})  # tools import, template probe: ConfigurationError
+        client = runtime.client
+        if not await client.health():
+            raise CommandError(
+                f"cannot reach the SGLang server at {self.options.base_url} (GET /health failed)",
+                hint="start the server or router (python -m sglang.launch_server --model-path MODEL "
+                "--port 30000) or fix --base-url; `slime-strands check-server URL` diagnoses it",
+                exit_code=EXIT_SERVER,
+            )
+        loop = asyncio.get_running_loop()
+        self.digest = ConfigDigest.of(
+            settings=settings_part(self.settings),
+            sampling={
+                "params": merge_sampling_params(
+                    self._turn_params(), self.settings.sampling_params, training=False
+                ),
+                "max_response_tokens": self.options.max_response_len,
+            },
+            tokenizer=await loop.run_in_executor(None, tokenizer_part, self.tokenizer),
+            tools=tools_part(self.settings.tools, template_tools(runtime.tools())),
+            model=await served_model(client),
+        )
+        self.resumed.check_config(self.digest)
+        await self._check_prompts(runtime)
+
+    async def _check_prompts(self, runtime: Runtime) -> None:
+        """Every prompt leaves room to generate in the window a trajectory has (as an episode's model sees it)."""
+        kwargs = self.template_kwargs
+        model = SGLangModel(
+            tokenizer=self.tokenizer,
+            client=runtime.client,
+            context_length=self.settings.max_context_len,
+            chat_template_kwargs=kwargs,
+            tool_parser=self.settings.tool_parser,
+        )
+        await check_prompts_fit(
+            self.prompts,
+            ChatRenderer(self.tokenizer, template_kwargs=kwargs),
+            self.settings.system_prompt,
+            template_tools(runtime.tools()),
+            await model.context_window(),
+            data=self.options.data,
+        )
+
+    async def _run_all(
+        self, todo: list[tuple[EvalPrompt, int]], sinks: _Sinks, progress: EvalProgress
+    ) -> None:
+        """``concurrency`` workers over one shared plan, and the server watch; the first error (a
+        ConfigurationError, :class:`ServerGone`) cancels everything and is raised."""
+        pending = iter(todo)
+        workers = {
+            asyncio.create_task(self._worker(pending, sinks, progress))
+            for _ in range(min(self.options.concurrency, len(todo)))
+        }
+        watch = asyncio.create_task(sinks.watch.watch())
+        try:
+            while workers:
+                done, _ = await asyncio.wait({*workers, watch}, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # a ConfigurationError stops the eval: every episode would fail alike
+                workers -= done
+        finally:
+            for task in (*workers, watch):
+                task.cancel()
+            await asyncio.gather(*workers, watch, return_exceptions=True)
+
+    async def _worker(
+        self, pending: Iterator[tuple[EvalPrompt, int]], sinks: _Sinks, progress: EvalProgress
+    ) -> None:
         loop = asyncio.get_running_loop()
         runtime = sinks.runtime
         tools = runtime.tools()
         specs = template_tools(tools)
         for prompt, sample in pending:  # one shared iterator: each pair is taken by exactly one worker
-            sinks.progress.started()
+            progress.started()
             record = await run_episode(
                 self.tokenizer, runtime.client, self.settings, self._spec(prompt, sample), tools=tools
             )
+            failing = record.termination is Termination.FAILED and sinks.watch.failing
+            if failing and not await sinks.watch.alive():
+                # failed with the server gone: not a FAILED row; the rerun runs this episode again
+                raise ServerGone(self.options.base_url)
             reward = await self._reward(prompt, record)
             row = TrajectoryRow.from_episode(
                 prompt,
@@ -266,30 +316,34 @@ class _Evaluator:
                 tokenizer=self.options.tokenizer,
                 tools=specs,
                 chat_template_kwargs=self.template_kwargs,
+                config=self._config(),
             )
             if sinks.writer is not None:
                 await loop.run_in_executor(sinks.io, sinks.writer.append, row)
             self._ran += 1
-            sinks.progress.finished(self._collect(row, sinks.log))
+            progress.finished(self._collect(row, sinks.log))
 
     def _spec(self, prompt: EvalPrompt, sample: int) -> EpisodeSpec:
         """As slime's eval builds it: the whole response budget is also each turn's ``max_new_tokens`` (the
         settings' ``sampling_params``, ``--sampling-param`` included, go on top in the episode)."""
-        budget = self.options.max_response_len
         return EpisodeSpec(
             prompt=prompt.prompt,
-            sampling_params={
-                "max_new_tokens": budget,
-                "temperature": self.options.temperature,
-                "top_p": self.options.top_p,
-            },
-            max_response_tokens=budget,
+            sampling_params=self._turn_params(),
+            max_response_tokens=self.options.max_response_len,
             max_context_tokens=self.settings.max_context_len,
             evaluation=True,
             routing_key=row_key(prompt.index, sample),  # every turn of an episode on one worker's cache
             chat_template_kwargs={},
             model_id=self.options.tokenizer,
         )
+
+    def _turn_params(self) -> dict[str, Any]:
+        """The sampling params eval passes every turn, as slime's eval does (the settings' go on top)."""
+        return {
+            "max_new_tokens": self.options.max_response_len,
+            "temperature": self.options.temperature,
+            "top_p": self.options.top_p,
+        }
 
     async def _reward(self, prompt: EvalPrompt, record: EpisodeRecord) -> float:
         """slime's eval reward on the fields ``generate`` writes; FAILED / ABORTED count as wrong."""
@@ -304,6 +358,10 @@ class _Evaluator:
         score = await accuracy(self._reward_args, sample)
         assert isinstance(score, float), "one sample gets one score"
         return score
+
+    def _config(self) -> ConfigDigest:
+        assert self.digest is not None, "set before the first episode"
+        return self.digest
 
     def _collect(self, row: TrajectoryRow, log: WandbEvalLog | None) -> Outcome:
         outcome = Outcome.of(row)
@@ -320,6 +378,7 @@ class _Evaluator:
             ran=self._ran,
             resumed=len(self.kept),
             failed=sum(o.failed for o in outcomes),
+            failure_errors=[o.error for o in outcomes if o.failed],
         )
 
     def _plan(self) -> Iterator[tuple[EvalPrompt, int]]:
@@ -344,13 +403,13 @@ class _Evaluator:
 @dataclass(frozen=True)
 class _Sinks:
     """What the workers of one eval share besides the plan: the runtime, where finished rows go (the file,
-    through its one writer thread; wandb) and the progress display."""
+    through its one writer thread; wandb) and the watch on the server."""
 
     runtime: Runtime
     writer: TrajectoryWriter | None
     io: ThreadPoolExecutor
-    progress: EvalProgress
     log: WandbEvalLog | None
+    watch: ServerWatch
 
 
 @dataclass

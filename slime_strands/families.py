@@ -9,7 +9,7 @@ there. Otherwise the answer is a :class:`~slime_strands.errors.ConfigurationErro
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,13 @@ from .chat import ChatRenderer, TemplateError
 from .errors import ConfigurationError
 from .tool_parsers import AUTO, ToolCall, ToolCallError, ToolParser, get_tool_parser, registered_tool_parsers
 
-__all__ = ["TemplateReport", "check_template", "detect_tool_parser", "select_tool_parser"]
+__all__ = [
+    "TemplateReport",
+    "check_template",
+    "detect_tool_parser",
+    "render_assistant_turn",
+    "select_tool_parser",
+]
 
 _QUESTION = "Which format 6d0b?"
 _ARGUMENTS = {"x": 7, "note": "probe text 31f"}
@@ -123,20 +129,30 @@ def _explicit_parser(renderer: ChatRenderer, name: str) -> tuple[str, str | None
 
 def _rendered_call_turn(renderer: ChatRenderer) -> tuple[str, bool] | None:
     """The text of an assistant turn holding one known call, as the template renders it (None: it cannot)."""
-    user = {"role": "user", "content": _QUESTION}
+    return render_assistant_turn(
+        renderer, _QUESTION, {"role": "assistant", "content": "", "tool_calls": [_CALL]}, [_TOOL]
+    )
+
+
+def render_assistant_turn(
+    renderer: ChatRenderer,
+    question: str,
+    assistant: Mapping[str, Any],
+    tools: Sequence[Mapping[str, Any]],
+) -> tuple[str, bool] | None:
+    """What a model of the template's family writes for ``assistant`` (a template-format message, e.g. with
+    ``tool_calls``) after the user's ``question``: the template's rendering of that turn up to its end token,
+    and whether the turn starts inside reasoning. None when the template cannot render it."""
+    user = {"role": "user", "content": question}
     try:
-        rendered = renderer.render(
-            [user, {"role": "assistant", "content": "", "tool_calls": [_CALL]}],
-            tools=[_TOOL],
-            add_generation_prompt=False,
-        )
-        prompt = renderer.render([user], tools=[_TOOL], add_generation_prompt=True)
+        rendered = renderer.render([user, assistant], tools=tools, add_generation_prompt=False)
+        prompt = renderer.render([user], tools=tools, add_generation_prompt=True)
     except TemplateError:
         return None
     if rendered.startswith(prompt):
         text, starts_in_reasoning = rendered[len(prompt) :], renderer.opens_reasoning(prompt)
     else:  # the template rewrites the turn's opening (GLM-4.7: "<think>" prompt, "</think>" in history)
-        text, starts_in_reasoning = rendered[rendered.rfind(_QUESTION) + len(_QUESTION) :], False
+        text, starts_in_reasoning = rendered[rendered.rfind(question) + len(question) :], False
     ends = [p for p in (text.find(t) for t in (*renderer.stop_tokens, *renderer.facts.end_tokens)) if p >= 0]
     return (text[: min(ends)] if ends else text), starts_in_reasoning
 

@@ -46,7 +46,7 @@ from .families import select_tool_parser
 from .model_stats import ModelStats
 from .record import Termination
 from .resume import AbortSignal
-from .sampling import GRAMMAR_KEYS, SGLANG_SAMPLING_KEYS, check_sampling_keys
+from .sampling import GRAMMAR_KEYS, SGLANG_SAMPLING_KEYS, check_sampling_keys, check_sampling_values
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
 from .tool_parsers.base import ParseErrorKind
@@ -209,6 +209,7 @@ class SGLangModel(Model):
         if "params" in model_config:
             params = dict(model_config["params"] or {})
             check_sampling_keys(params, "SGLangModel sampling params")
+            check_sampling_values(params, "SGLangModel sampling params")
             model_config["params"] = params
         if model_config.get("context_length") is not None:
             model_config["context_window_limit"] = model_config["context_length"]

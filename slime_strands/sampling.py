@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .errors import ConfigurationError
+from .sampling_ranges import range_problems
 
 __all__ = [
     "SGLANG_SAMPLING_KEYS",
@@ -94,6 +95,13 @@ def check_sampling_keys(params: Mapping[str, Any], where: str) -> None:
             f"{where}: {' and '.join(grammars)} are both set, but SGLang takes one grammar per request "
             f"(one of {', '.join(GRAMMAR_KEYS)}): keep one"
         )
+
+
+def check_sampling_values(params: Mapping[str, Any], where: str) -> None:
+    """Raise :class:`SamplingParamError` for the first value of the params a request sends that SGLang would
+    refuse (out of its range: every request of every episode would fail)."""
+    for key, problem in range_problems(params):
+        raise SamplingParamError(f"{where}: {key} {problem} (SGLang would refuse every request)")
 
 
 class SamplingParams(Mapping[str, Any]):
@@ -170,7 +178,7 @@ def merge_sampling_params(
     """A fresh dict of the params an episode sends: ``given`` (slime's or eval's) with the plugin settings'
     on top, as the module docstring says. ``None`` values of ``given`` are left out (SGLang's defaults); a key
     SGLang does not accept raises :class:`SamplingParamError`, as does, in training, a ``temperature`` or
-    ``top_p`` that differs from slime's."""
+    ``top_p`` that differs from slime's, and a value out of SGLang's range."""
     params = {k: copy.deepcopy(v) for k, v in given.items() if v is not None}
     check_sampling_keys(params, "the sampling params passed to generate")
     params = _without_grammar_if(params, settings)
@@ -185,4 +193,5 @@ def merge_sampling_params(
                 f"trainer uses {flag}, so set {flag} {value} instead (or remove it from the settings)"
             )
         params[key] = copy.deepcopy(value)
+    check_sampling_values(params, "the sampling params of an episode")
     return params

@@ -12,7 +12,12 @@ onto ``args``. This plugin reads ONE key, ``strands``, so its settings never col
       compaction: {trigger_share: 0.8}
       sampling_params: {top_k: 20, stop: ["</answer>"], regex: "..."}
 
-Unknown keys raise ``SettingsError`` naming the key (a typo must not silently fall back to a default).
+Unknown keys raise ``SettingsError`` naming the key (a typo must not silently fall back to a default). The
+section's own name is checked too: in the plugin's own settings file (``slime-strands eval --config``,
+``validate-config``) ``strands`` is the only top-level key; in a file for slime's ``--custom-config-path``
+and in slime's ``args``, which may legitimately hold keys meant for slime or other plugins, a near-miss of
+``strands`` (``strand``, ``Strands``, ``stands``, ...) is an error, since the settings under it would be
+ignored.
 """
 
 from __future__ import annotations
@@ -89,8 +94,9 @@ class SandboxSettings:
     file_size_mb: int = 16
     """RLIMIT_FSIZE: largest file the code may write, in MiB."""
     max_processes: int = 32
-    """Most processes/threads one run may have alive: RLIMIT_NPROC of the run's own uid (when the host runs
-    as root; otherwise only the pid namespace of bwrap / unshare contains them)."""
+    """Most processes/threads one run may have alive: RLIMIT_NPROC of the run's own uid when the host runs
+    as root. Without root the runs share the interpreter's uid, and so one count: ``max_processes`` times
+    ``concurrency`` for all runs together (a run may use what the others leave)."""
     tmp_size_mb: int = 1024
     """Size of each private, RAM-backed tmpfs (``/tmp``, holding every run's directory, and ``/dev/shm``)
     under bwrap and unshare: bounds what hostile code can write in total, where ``file_size_mb`` bounds
@@ -331,8 +337,13 @@ class PluginSettings:
         return _build(cls, data or {}, prefix="")
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str]) -> PluginSettings:
-        """Load a ``--custom-config-path`` style YAML file and read its ``strands:`` section."""
+    def from_yaml(cls, path: str | os.PathLike[str], *, other_keys: bool = True) -> PluginSettings:
+        """Load a ``--custom-config-path`` style YAML file and read its ``strands:`` section.
+
+        ``other_keys``: whether top-level keys besides ``strands`` may be there (slime copies them onto its
+        ``args``, for slime or another plugin); False for the plugin's own file (``slime-strands eval
+        --config``, ``validate-config``), where any other key is a mistake. A near-miss of ``strands`` is an
+        error either way: its settings would be ignored."""
         text = Path(path).read_text()
         try:
             doc = yaml.safe_load(text) or {}
@@ -340,15 +351,53 @@ class PluginSettings:
             raise SettingsError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from exc
         if not isinstance(doc, Mapping):
             raise SettingsError(f"{path}: expected a mapping at top level")
+        wrong = [key for key in doc if key != ARGS_KEY and (not other_keys or _near_miss(key))]
+        if wrong:
+            raise SettingsError(f"{path}: unknown top-level key {wrong[0]!r}: {_top_level_advice(wrong[0])}")
         return cls.from_mapping(doc.get(ARGS_KEY))
 
 
 def settings_from_args(args: Any) -> PluginSettings:
-    """Read the plugin settings from slime's ``args`` (the ``strands`` attribute), with defaults."""
+    """Read the plugin settings from slime's ``args`` (the ``strands`` attribute), with defaults.
+
+    slime copies every top-level key of ``--custom-config-path`` onto ``args`` (keys for slime and other
+    plugins among them), so only a near-miss of ``strands`` is refused there: its settings would be ignored."""
     data = getattr(args, ARGS_KEY, None)
     if isinstance(data, PluginSettings):
         return data
+    misspelt = [name for name in getattr(args, "__dict__", {}) if _near_miss(name)]
+    if misspelt:
+        raise SettingsError(
+            f"slime's args have {misspelt[0]!r} (a top-level key of --custom-config-path?): did you mean "
+            f"{ARGS_KEY!r}? slime-strands reads only {ARGS_KEY!r}, so the settings under {misspelt[0]!r} would "
+            "be ignored"
+        )
     return PluginSettings.from_mapping(data)
+
+
+def _top_level_advice(key: Any) -> str:
+    """What to do about a top-level key of the plugin's settings file other than ``strands``."""
+    if _near_miss(key):
+        return f"did you mean {ARGS_KEY!r}?"
+    if key in {f.name for f in dataclasses.fields(PluginSettings)}:
+        return f"it is a plugin setting: indent it under {ARGS_KEY}:"
+    return f"the plugin's settings file holds only a {ARGS_KEY}: section"
+
+
+def _near_miss(name: Any) -> bool:
+    """A spelling of ``strands`` other than itself, one edit away with case, ``-`` and ``_`` aside:
+    ``Strands``, ``strand``, ``stands``, ``strnads``, ``strands_``."""
+    if not isinstance(name, str) or name == ARGS_KEY:
+        return False
+    a, b = name.lower().replace("-", "_"), ARGS_KEY
+    if a == b or a.strip("_") == b:
+        return True
+    if len(a) == len(b):
+        diffs = [i for i in range(len(a)) if a[i] != b[i]]
+        swapped = len(diffs) == 2 and diffs[1] == diffs[0] + 1 and a[diffs[0]] == b[diffs[1]]
+        return len(diffs) == 1 or (swapped and a[diffs[1]] == b[diffs[0]])
+    short, long = sorted((a, b), key=len)
+    return len(long) - len(short) == 1 and any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:

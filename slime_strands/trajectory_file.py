@@ -7,6 +7,8 @@ A line (schema ``slime-strands/trajectory/v1``)::
      "key": "3:1", "prompt_index": 3, "sample": 1,        # the row key: prompt index + sample number
      "dataset": "aime-2024", "prompt": [{"role": "user", "content": "..."}], "label": "34",
      "prompt_digest": "...",                              # the prompt and label's hash (resume checks it)
+     "config": {"settings": "...", "sampling": "...", "tokenizer": "...", "tools": "...", "model": "..."},
+                                 # digests of the configuration that made it (resume checks them)
      "tokenizer": "Qwen/Qwen3-8B", "chat_template_kwargs": {}, "tools": [...],   # to re-render it
      "messages": [...],          # the agent's conversation in chat-template form (system, user,
                                  # assistant with reasoning_content / tool_calls, tool results)
@@ -18,9 +20,9 @@ A line (schema ``slime-strands/trajectory/v1``)::
      "metrics": {"turns": 2, "tool_calls": 1, "parse_errors": {}, ...}}   # the episode record's counters
 
 ``segments`` holds one entry per context window the episode used: an ordinary episode has exactly one (none
-when it failed before its first turn); an episode whose history was compacted has one per window, in order,
-each an exact token-in/token-out sequence of its own, and ``messages`` is then the conversation of the LAST
-one. ``info`` describes a segment of such an episode (which agent, what opened and closed it), as its episode
+when it generated nothing: a prompt alone is no trajectory); an episode whose history was compacted has one
+per window, in order, each an exact token-in/token-out sequence of its own, and ``messages`` is then the
+conversation of the LAST one. ``info`` describes a segment of such an episode (which agent, what opened and closed it), as its episode
 record does; it is empty for an ordinary episode. ``spans`` are each window's provenance runs
 (``TokenManager.segments``): the prompt, every generated turn
 (``loss_mask`` 1, with its finish reason) and the template / tool tokens between turns (``loss_mask`` 0).
@@ -41,6 +43,7 @@ from typing import Any
 from .chat import to_template_messages, to_template_tools
 from .command_errors import CommandError
 from .eval_data import EvalPrompt
+from .eval_digest import ConfigDigest
 from .record import EpisodeRecord
 
 __all__ = [
@@ -49,9 +52,10 @@ __all__ = [
     "TokenSegment",
     "TrajectoryRow",
     "TrajectoryWriter",
+    "complete_lines",
     "has_torn_tail",
     "iter_rows",
-    "read_row",
+    "parse_row",
     "row_key",
     "template_tools",
 ]
@@ -59,6 +63,8 @@ __all__ = [
 SCHEMA = "slime-strands/trajectory/v1"
 _KINDS = ("prompt", "generated", "observation")
 _TOP_LEVEL = ("termination", "error", "evaluation")  # record fields kept beside ``metrics``, not inside
+ERROR_CHARS = 4000
+"""Longest ``error`` a row keeps (head and tail)."""
 _FILE_HINT = "inspect and drift read the files `slime-strands eval --out FILE.jsonl` writes"
 
 
@@ -120,6 +126,8 @@ class TrajectoryRow:
     metrics: dict[str, Any] = field(default_factory=dict)
     tools: list[dict[str, Any]] | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    config: ConfigDigest | None = None
+    """What configuration made the row (None in rows written before rows carried it)."""
 
     @property
     def correct(self) -> bool:
@@ -137,8 +145,12 @@ class TrajectoryRow:
         tokenizer: str,
         tools: list[dict[str, Any]] | None,
         chat_template_kwargs: Mapping[str, Any],
+        config: ConfigDigest | None = None,
     ) -> TrajectoryRow:
+        """The row of one finished episode; ``config``: the digests of the configuration that ran it (what an
+        eval resume checks: a row without them is not resumed)."""
         saved = record.to_metadata()
+        segments = _segments(record)
         return cls(
             key=row_key(prompt.index, sample),
             prompt_index=prompt.index,
@@ -148,16 +160,17 @@ class TrajectoryRow:
             label=prompt.label,
             prompt_digest=prompt.digest,
             tokenizer=tokenizer,
-            messages=_conversation(record),
-            segments=_segments(record),
+            messages=_conversation(record) if segments else [],  # nothing generated: the prompt says it all
+            segments=segments,
             response=record.response,
             reward=float(reward),
             status=record.outcome.status,
             termination=record.termination.value,
-            error=record.error,
+            error=_bounded(record.error),
             metrics={k: v for k, v in saved.items() if k not in _TOP_LEVEL},
             tools=tools,
             chat_template_kwargs=dict(chat_template_kwargs),
+            config=config,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -170,6 +183,7 @@ class TrajectoryRow:
             "prompt": self.prompt,
             "label": self.label,
             "prompt_digest": self.prompt_digest,
+            "config": None if self.config is None else self.config.to_json(),
             "tokenizer": self.tokenizer,
             "chat_template_kwargs": self.chat_template_kwargs,
             "tools": self.tools,
@@ -227,6 +241,7 @@ class TrajectoryRow:
             metrics=dict(data.get("metrics") or {}),
             tools=data.get("tools"),
             chat_template_kwargs=dict(data.get("chat_template_kwargs") or {}),
+            config=ConfigDigest.from_json(data.get("config")),
         )
 
 
@@ -288,10 +303,10 @@ def _segment(data: Any, number: int) -> TokenSegment:
 
 def _segments(record: EpisodeRecord) -> list[TokenSegment]:
     """One token segment per trajectory segment of the episode (several after context compaction or with
-    collected sub-agents), each with what the episode record says of it."""
+    collected sub-agents), each with what the episode record says of it. The record lists only segments with
+    tokens after their prompt: an episode that generated nothing has none, and neither has its row (its
+    prompt's tokens alone are no trajectory, and a prompt that did not fit the window made rows of 85 MB)."""
     parts = [(s.trajectory, s.to_dict()) for s in record.segments if s.trajectory is not None]
-    if not parts and record.trajectory is not None:
-        parts = [(record.trajectory, {})]
     return [
         TokenSegment(
             tm.token_ids,
@@ -306,6 +321,15 @@ def _segments(record: EpisodeRecord) -> list[TokenSegment]:
         for tm, info in parts
         if len(tm)
     ]
+
+
+def _bounded(error: str | None) -> str | None:
+    """An error message of at most :data:`ERROR_CHARS` characters, head and tail (a server's error body can
+    echo a whole request)."""
+    if error is None or len(error) <= ERROR_CHARS:
+        return error
+    half = ERROR_CHARS // 2
+    return f"{error[:half]} ... [{len(error) - 2 * half} characters cut] ... {error[-half:]}"
 
 
 def _conversation(record: EpisodeRecord) -> list[dict[str, Any]]:
@@ -337,36 +361,21 @@ def _reasoning(message: Mapping[str, Any]) -> str | None:
 def iter_rows(path: str | Path) -> Iterator[tuple[int, TrajectoryRow]]:
     """``(line number, row)`` of every complete line; a last line without its newline (a run killed mid-write)
     is skipped. CommandError names the first malformed line."""
-    for number, raw in _complete_lines(path):
-        try:
-            yield number, TrajectoryRow.from_json(json.loads(raw))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise CommandError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
+    for number, raw in complete_lines(path):
+        yield number, parse_row(path, number, raw)
 
 
-def read_row(path: str | Path, index: int) -> tuple[int, TrajectoryRow]:
-    """``(line number, row)`` of the ``index``-th complete row (negative counts from the end), parsing only that
-    one; CommandError when there is no such row."""
-    total = sum(1 for _ in _complete_lines(path))
-    if not -total <= index < total:
-        held = f"{total} trajector{'y' if total == 1 else 'ies'}"
-        raise CommandError(
-            f"{path}: no trajectory at index {index}: the file holds {held}",
-            hint=f"use an index from 0 to {total - 1} (or -1 for the last); --list shows them"
-            if total
-            else "the file is empty: run `slime-strands eval ... --out FILE` first",
-        )
-    wanted = index % total
-    for position, (number, raw) in enumerate(_complete_lines(path)):
-        if position == wanted:
-            try:
-                return number, TrajectoryRow.from_json(json.loads(raw))
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                raise CommandError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
-    raise CommandError(f"{path}: changed while it was read", hint="run the command again")
+def parse_row(path: str | Path, number: int, raw: bytes) -> TrajectoryRow:
+    """Line ``number`` of ``path`` as a row; CommandError naming the line when it is not one."""
+    try:
+        return TrajectoryRow.from_json(json.loads(raw))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CommandError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
 
 
-def _complete_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+def complete_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of every non-blank line that ends with its newline; CommandError when there is
+    no such file."""
     source = Path(path)
     if not source.is_file():
         raise CommandError(f"{path}: no such trajectory file", hint=_FILE_HINT)

@@ -4,6 +4,10 @@ the trajectory file back, and rebuilding a row's token trajectory to check it ag
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,48 @@ def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def cli_env(*first: Path) -> dict[str, str]:
+    """The environment of a ``slime-strands`` child process: the test tools importable (after ``first``)."""
+    path = [*map(str, first), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+def start_cli(*argv: str, path: Sequence[Path] = ()) -> subprocess.Popen[str]:
+    """``python -m slime_strands.cli argv...`` as a real process (what a user's shell runs); ``path``: folders
+    imported from first."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "slime_strands.cli", *argv],
+        env=cli_env(*path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell's background job inherits SIGINT ignored, and Python then never installs its Ctrl-C handler
+        # (a test run launched with `&` hung here): the child gets the terminal's default, as a user's would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def run_cli_process(*argv: str, timeout: float = 90, path: Sequence[Path] = ()) -> tuple[int, str, str]:
+    """``slime-strands argv...`` in a child process: exit status, stdout, stderr (the timeout is a safety net
+    for a hung process, not a speed requirement)."""
+    process = start_cli(*argv, path=path)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return process.returncode, stdout, stderr
+
+
+def error_line(stderr: str, command: str) -> str:
+    """The one line a command printed on stderr: ``slime-strands COMMAND: error: ... -- hint: ...``."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one error line, got {lines}"
+    assert lines[0].startswith(f"slime-strands {command}: error: ") and " -- hint: " in lines[0], lines[0]
+    return lines[0]
 
 
 def eval_argv(base_url: str, data: Path, *extra: str) -> list[str]:

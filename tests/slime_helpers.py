@@ -3,9 +3,11 @@ the server's records, slime's abort flag, and slime's own appender replaying wha
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,19 @@ from slime_strands.testing.invariants import assert_sample_matches_server
 from slime_strands.testing.slime_types import load_sample_class
 
 Sample = load_sample_class()
+SLIME_SOURCE_ENV = "SLIME_STRANDS_SLIME_SOURCE"  # .ci/run exports it (scripts/real_sglang/setup.sh prints it)
+
+
+def slime_source() -> Path | None:
+    """slime's unmodified source (THUDM/slime: not on PyPI): ``$SLIME_STRANDS_SLIME_SOURCE``, else the snapshot
+    in ``shared/slime`` beside this clone (how CI lays it out); None where neither is at hand."""
+    here = Path(__file__).resolve().parents[1]
+    for candidate in (os.environ.get(SLIME_SOURCE_ENV), here.parent / "shared" / "slime"):
+        if candidate and (Path(candidate) / "slime" / "utils" / "types.py").is_file():
+            return Path(candidate)
+    return None
+
+
 CALL_ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 SLIME_PARAMS = {  # what slime's GenerateState builds (rollout_stop None, top_p 1)
     "temperature": 1.0,

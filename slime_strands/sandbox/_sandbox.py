@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 _START_TIMEOUT_S = 120.0  # importing numpy + sympy on a loaded node
 _HOST_GRACE_S = 10.0  # beyond the run's own timeout before the interpreter counts as hung
 _BYTES_PER_CHAR = 4
+_INTERPRETER_PROCESSES = (
+    4  # what a shared uid counts besides the runs: bwrap's init, the interpreter, its helpers
+)
 _PROBE = "print(6 * 7)"
 _MAX_PER_LOOP = 4  # sandboxes (warm interpreters) kept per event loop; the least recently used closes
 
@@ -108,8 +111,10 @@ class _StartFailed(Exception):
 class _Interpreter:
     """One warm zygote process and its request / response pipe."""
 
-    def __init__(self, backend: str, proc: asyncio.subprocess.Process, uids: list[int]) -> None:
-        self.backend, self.proc, self.uids = backend, proc, uids
+    def __init__(
+        self, backend: str, proc: asyncio.subprocess.Process, uids: list[int], concurrency: int
+    ) -> None:
+        self.backend, self.proc, self.uids, self.concurrency = backend, proc, uids, concurrency
         self.host_dir: str | None = None  # the run dirs' parent on the host (removed if we kill it)
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.ids = itertools.count()
@@ -139,7 +144,7 @@ class _Interpreter:
             )
         except OSError as exc:
             raise SandboxUnavailableError(f"{backend}: cannot start: {exc}") from exc
-        interp = cls(backend, proc, uids)
+        interp = cls(backend, proc, uids, concurrency)
         interp.drain = asyncio.ensure_future(interp._drain_stderr())
         reap = sorted(HOST.orphan_uids) if backend == "limits" else []
         config = {
@@ -216,6 +221,16 @@ class _Interpreter:
     def alive(self) -> bool:
         return self.proc.returncode is None and self.reader is not None and not self.reader.done()
 
+    def process_limit(self, settings: SandboxSettings) -> int:
+        """RLIMIT_NPROC of a run. The kernel counts it per uid: with a uid of its own, a run's processes
+        and threads alone. Runs that share the interpreter's uid share one count, which holds the
+        interpreter's own processes and every concurrent run's, so each of ``concurrency`` runs gets
+        ``max_processes`` of it (one run may use what the others leave): a per-run limit there made a
+        run's pool fail with "can't start new thread" whenever its neighbours' pools were busy."""
+        if self.uids:
+            return settings.max_processes
+        return settings.max_processes * self.concurrency + _INTERPRETER_PROCESSES
+
     async def request(self, code: str, settings: SandboxSettings) -> dict[str, Any]:
         assert self.proc.stdin is not None
         rid = next(self.ids)
@@ -228,7 +243,7 @@ class _Interpreter:
             "cpu_seconds": settings.cpu_seconds,
             "memory_mb": settings.memory_mb,
             "file_size_mb": settings.file_size_mb,
-            "max_processes": settings.max_processes,
+            "max_processes": self.process_limit(settings),
             "max_output_bytes": settings.max_output_chars * _BYTES_PER_CHAR,
         }
         patience = settings.timeout_s + _HOST_GRACE_S

@@ -1,6 +1,6 @@
 """A local server speaking SGLang's native HTTP protocol, for tests and offline development.
 
-Real HTTP on 127.0.0.1 (a free port), answers scripted with a REAL tokenizer, and every request body and header,
+Real HTTP on 127.0.0.1 (a free port, unless ``host`` / ``port`` say otherwise), answers scripted with a REAL tokenizer, and every request body and header,
 and everything answered, recorded for assertions. Faults can be injected (error statuses, dropped connections,
 slow answers).
 
@@ -150,6 +150,8 @@ class SGLangTestServer:
         speculative_draft_tokens: int | None = None,
         unavailable_s: float = 0.0,
         report_window: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         """``kv_capacity``: SGLang's ``--max-total-tokens``, the token pool: it bounds a request (``max_req_len``)
         and running requests hold ``input + max_new_tokens`` of it while others wait in the queue (default: no
@@ -164,7 +166,8 @@ class SGLangTestServer:
         speculative decoding (spec stats in ``meta_info``); ``unavailable_s``: every route answers 503 for this
         long from the first request it gets (a router or an engine still loading when clients start: the clock
         starts with them, not with the test's set-up); ``report_window``: False leaves ``max_model_len`` out of
-        ``/v1/models`` (a server that reports no window)."""
+        ``/v1/models`` (a server that reports no window); ``host`` / ``port``: where to listen (port 0: a free
+        one, see :attr:`port`)."""
         self.tokenizer = tokenizer
         self.context_length = context_length
         self.kv_capacity = kv_capacity
@@ -179,6 +182,7 @@ class SGLangTestServer:
         self.speculative_draft_tokens = speculative_draft_tokens
         self.unavailable_s = unavailable_s
         self.report_window = report_window
+        self._address = (host, port)
         self._available_at: float | None = None
         self._init_records()
         self._scheduler = Scheduler(kv_capacity, disconnect_check_s)
@@ -237,7 +241,7 @@ class SGLangTestServer:
         if self._httpd is not None:
             raise RuntimeError("SGLangTestServer is already running: start() it or enter it, not both")
         handler = type("Handler", (_Handler,), {"server_state": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = ThreadingHTTPServer(self._address, handler)
         self._httpd.daemon_threads = False  # server_close() joins the handler threads
         self._connections = set()
         self._crashed = False
@@ -287,7 +291,8 @@ class SGLangTestServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        host = self._address[0]
+        return f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{self.port}"
 
     # -- scripting and records --------------------------------------------------------------------
 

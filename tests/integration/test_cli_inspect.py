@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,13 @@ from cli_helpers import (
     low_confidence,
     read_rows,
     run_cli,
+    run_cli_process,
     write_config,
     write_data,
 )
 
 from slime_strands.inspect_terminal import STYLES, visible
-from slime_strands.testing import SGLangTestServer
+from slime_strands.testing import SGLangTestServer, Turn
 from slime_strands.trajectory_file import TrajectoryRow, TrajectoryWriter
 from slime_strands.trajectory_view import token_texts
 
@@ -66,7 +68,8 @@ def main_ok(argv):
 
 
 def _index(path: Path, key: str) -> str:
-    return str([row.key for row in read_rows(path)].index(key))
+    """What --index takes: the row key itself."""
+    return key
 
 
 def test_terminal_colours_parse_back(trajectories, tokenizer, capsys):
@@ -132,12 +135,18 @@ def test_plain_text_and_token_table(trajectories, tokenizer, capsys):
 def test_list_and_index_errors(trajectories, tmp_path, capsys):
     path, _ = trajectories
     code, out, _ = run_cli(capsys, "inspect", str(path), "--list")
-    assert code == 0 and out.splitlines()[0].split()[:3] == ["index", "key", "dataset"]
-    assert len(out.splitlines()) == 3
+    assert code == 0 and out.splitlines()[0].split()[:3] == ["key", "dataset", "reward"]
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["0:0", "0:1"]
     code, _, err = run_cli(capsys, "inspect", str(path), "--index", "7")
     assert code == 2
     (line,) = err.splitlines()
-    assert "no trajectory at index 7: the file holds 2 trajectories -- hint: use an index from 0 to 1" in line
+    assert (
+        "no trajectory with key 7:0: the file holds keys 0:0 to 0:1 (2 trajectories) -- hint: name a row"
+        in line
+    )
+    for bad, says in (("-3", "no trajectory at --index -3"), ("first", "--index 'first' is not a row key")):
+        code, _, err = run_cli(capsys, "inspect", str(path), "--index", bad)
+        assert code == 2 and says in err and len(err.splitlines()) == 1
     code, _, err = run_cli(capsys, "inspect", str(tmp_path / "missing.jsonl"))
     assert code == 2 and "no such trajectory file" in err and len(err.splitlines()) == 1
     broken = tmp_path / "broken.jsonl"
@@ -308,3 +317,43 @@ def test_multi_segment_row(trajectories, tokenizer, tmp_path, capsys):
     assert len(parsed.tokens) == len(first) + len(second)
     assert "id='segment-1'" in page.read_text() and "id='segment-2'" in page.read_text()
     assert "trained · kind main · opened_by summarize</h2>" in page.read_text()
+
+
+def test_index_names_the_row_key_not_the_completion_order(tokenizer, tmp_path):
+    """Episode 0:0 finishes last, so its line is the file's last: --list shows key order and --index 0:0 (or 0)
+    is that episode, in real processes."""
+    data = write_data(
+        tmp_path / "data.jsonl", [{"prompt": "1 + 4?", "label": "5"}, {"prompt": "2 + 3?", "label": "5"}]
+    )
+    config = write_config(tmp_path / "plugin.yaml")
+    out = tmp_path / "traj.jsonl"
+
+    def respond(body, headers):
+        if headers["x-smg-routing-key"] == "0:0":  # answered once the three others are written
+            deadline = time.monotonic() + 60  # a safety net for a hung eval, not a speed requirement
+            while (not out.exists() or out.read_text().count("\n") < 3) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return Turn(f"Answer: \\boxed{{{headers['x-smg-routing-key']}}}")
+
+    with SGLangTestServer(tokenizer, context_length=8192) as server:
+        server.responder = respond
+        argv = eval_argv(server.base_url, data, "--n", "2", "--concurrency", "4", "--config", str(config))
+        code, _, stderr = run_cli_process(*argv, "--out", str(out))
+        assert code == 0, stderr
+        rows = {row.key: row for row in read_rows(out)}
+        for row in rows.values():
+            check_row(row, server)
+    assert [row.key for row in read_rows(out)][-1] == "0:0", "completion order"
+    code, listed, _ = run_cli_process("inspect", str(out), "--list")
+    assert code == 0 and [line.split()[0] for line in listed.splitlines()] == [
+        "key",
+        "0:0",
+        "0:1",
+        "1:0",
+        "1:1",
+    ]
+    for selector, key in (("0:0", "0:0"), ("0", "0:0"), ("1:1", "1:1"), ("-1", "1:1")):
+        code, table, stderr = run_cli_process("inspect", str(out), "--index", selector, "--tokens")
+        assert code == 0, stderr
+        ids = [int(line.split("\t")[5]) for line in table.splitlines()[1:]]
+        assert ids == rows[key].segments[0].token_ids, selector

@@ -253,3 +253,22 @@ async def test_pools_under_load_never_hang(pool_sandbox):
     ]
     outcomes = collections.Counter("timed out" if r.timed_out else f"exit {r.exit_code}" for _, r in failed)
     assert not failed, (f"{len(failed)} of {len(programs)} runs failed: {dict(outcomes)}", failed[:3])
+
+
+async def test_runs_at_once_each_get_max_processes(pool_sandbox):
+    """Four runs at once each hold ``max_processes - 4`` children for a while: with a uid of its own (root)
+    each run has its own count; runs that share the interpreter's uid share one count, which must hold all
+    of them (a count of ``max_processes`` for all made pools fail with "can't start new thread")."""
+    children = SETTINGS.max_processes - 4
+    code = (  # each child waits until the parent has started all of them and held them for a while
+        "import os, time\nr, w = os.pipe()\nstarted = 0\n"
+        f"for _ in range({children}):\n"
+        "    try:\n        pid = os.fork()\n    except OSError as exc:\n        print(exc)\n        break\n"
+        "    if pid == 0:\n        os.close(w)\n        os.read(r, 1)\n        os._exit(0)\n"
+        "    started += 1\n"
+        "time.sleep(1.5)\nos.close(w)\nfor _ in range(started):\n    os.wait()\nprint(started)"
+    )
+    results = await asyncio.gather(*(pool_sandbox.run(code) for _ in range(SETTINGS.concurrency)))
+    assert [(r.stdout, r.exit_code) for r in results] == [(f"{children}\n", 0)] * SETTINGS.concurrency, (
+        results
+    )

@@ -7,6 +7,7 @@ hub ids.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import types
@@ -312,3 +313,73 @@ def test_module_entry_point(tmp_path):
     assert result.stdout == ""  # progress and summary go to stderr
     assert "wrote 5" in result.stderr
     assert len(read_jsonl(out)) == 5
+
+
+def _prepare_process(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m data_prep.prepare argv...`` as a user runs it (hub access off: nothing here may reach it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "data_prep.prepare", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env},
+        timeout=120,  # a safety net for a hung process, not a speed requirement
+    )
+
+
+def test_without_hub_access_the_error_says_to_pass_a_local_file(tmp_path):
+    pytest.importorskip("datasets", reason="the hub path needs datasets: pip install -e '.[data]'")
+    result = _prepare_process("--dataset", "aime-2024", "--out", str(tmp_path / "aime.jsonl"))
+    assert result.returncode == 2
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert line.startswith(
+        "error: could not load 'zhuzilin/aime-2024' (split 'train') from the Hugging Face hub: "
+    )
+    assert line.endswith(
+        " -- hint: check the dataset id and your access to the hub (HF_TOKEN, HF_HUB_OFFLINE), or pass a copy of "
+        "it as a local file: --source ./aime-2024.parquet (.jsonl, .json or .parquet, e.g. saved with datasets' "
+        "to_parquet where the hub is reachable)"
+    )
+    assert not (tmp_path / "aime.jsonl").exists()
+
+
+def test_rows_without_the_prompt_key_point_at_input_key(tmp_path):
+    src = write_jsonl(
+        tmp_path / "src.jsonl", [{"question": "1 + 1?", "answer": "2"}, {"question": "2 + 2?", "answer": "4"}]
+    )
+    out = tmp_path / "out.jsonl"
+    result = _prepare_process("--dataset", "mine", "--source", str(src), "--out", str(out))
+    assert result.returncode == 1
+    assert "missing_prompt: 2" in result.stderr
+    assert (
+        "hint: the source's rows have no 'prompt' key (their keys: 'question', 'answer'): pass --input-key KEY "
+        "naming it" in result.stderr
+    )
+    assert "pass --label-key KEY naming it" in result.stderr
+    fixed = _prepare_process(
+        "--dataset",
+        "mine",
+        "--source",
+        str(src),
+        "--out",
+        str(out),
+        "--input-key",
+        "question",
+        "--label-key",
+        "answer",
+    )
+    assert fixed.returncode == 0, fixed.stderr
+    assert "hint:" not in fixed.stderr
+    assert [row["label"] for row in read_jsonl(out)] == ["2", "4"]
+
+
+def test_a_missing_datasets_package_names_the_install_and_the_local_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    from slime_strands.install_hints import install_command
+
+    assert dp.main(["--dataset", "aime-2024", "--out", str(tmp_path / "o.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"error: loading 'zhuzilin/aime-2024' from the hub needs `datasets` -- hint: {install_command('data')}"
+        in err
+    )
+    assert "--source ./aime-2024.parquet" in err

@@ -50,18 +50,22 @@ def _opening_commands() -> tuple[list[str], list[str]]:
     assert [m.group(1) for m in blocks] == ["bash", "bash"], (
         "two bash blocks before the README's first section"
     )
-    train, test = (m.group(2).splitlines() for m in blocks)
-    return train, test
+    run, test = (m.group(2).splitlines() for m in blocks)
+    return run, test
 
 
 def test_readme_is_one_screen_that_opens_with_the_two_commands():
     assert len(README.splitlines()) < 150
-    train, test = _opening_commands()
-    assert "bash scripts/strands_qwen3_8b.sh" in train
+    run, test = _opening_commands()
+    # 1: set up and run the main job on its embedded default (the demo server; a machine without GPUs):
+    # tests/integration/test_readme_laptop.py runs it as written
+    assert run[:3] == ["python3 -m venv .venv", ". .venv/bin/activate", run[2]] and "'.[demo]'" in run[2]
+    assert any(line.startswith("slime-strands eval ") for line in run)
     assert any(line.startswith("pip install") and "'.[test]'" in line for line in test)
     for command in ("ruff check .", "ruff format --check .", "mypy", "pytest -q"):
         assert command in test, command
-    long = [line for line in train + test if len(line) > 110]
+    assert "bash scripts/strands_qwen3_8b.sh" in _section(README, "### Train in slime"), "the GPU recipe"
+    long = [line for line in run + test if len(line) > 110]
     assert long == [], "one short command a line: no long one-liners"
 
 

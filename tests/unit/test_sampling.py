@@ -147,3 +147,19 @@ def test_a_higher_levels_grammar_replaces_the_lower_ones():
     assert merged == {"regex": "a+", "top_k": 5, "temperature": 1.0}
     merged = merge_sampling_params({"json_schema": "{}"}, SamplingParams({"top_k": 5}), training=False)
     assert merged == {"json_schema": "{}", "top_k": 5}, "no grammar above: the caller's stays"
+
+
+def test_a_value_sglang_refuses_stops_the_run_at_the_first_sample(tokenizer):
+    """The model's params and an episode's merged params (slime's, the settings', eval's): a value out of
+    SGLang's range would fail every request of every episode, so it is a configuration error at once."""
+    with pytest.raises(SamplingParamError, match=r"top_p must be a number in \(0, 1\]"):
+        SGLangModel(tokenizer=tokenizer, base_url="http://127.0.0.1:9", sampling_params={"top_p": 1.5})
+    with pytest.raises(SamplingParamError, match="top_k must be -1 or an integer >= 1"):
+        merge_sampling_params({"top_k": 0}, {}, training=True)
+    settings = PluginSettings.from_mapping({"sampling_params": {"temperature": -1}}).sampling_params
+    with pytest.raises(SamplingParamError, match="temperature must be a number >= 0"):
+        merge_sampling_params({"temperature": 1.0}, settings, training=False)
+    assert merge_sampling_params({"top_k": -1, "temperature": 0}, {}, training=False) == {
+        "top_k": -1,
+        "temperature": 0,
+    }

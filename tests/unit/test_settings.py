@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import types
 
 import pytest
@@ -123,3 +124,42 @@ def test_the_young_gc_threshold_is_raised_never_lowered(gc_state):
     gc.disable()
     raise_gc_threshold(PluginSettings())
     assert gc.get_threshold() == (700, 5, 3) and not gc.isenabled()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("strand:\n  max_tool_iters: 3\n", "unknown top-level key 'strand': did you mean 'strands'?"),
+        ("STRANDS: {}\n", "unknown top-level key 'STRANDS': did you mean 'strands'?"),
+        ("srtands: {}\n", "unknown top-level key 'srtands': did you mean 'strands'?"),
+        ("tools: [a.b]\n", "unknown top-level key 'tools': it is a plugin setting: indent it under strands:"),
+        (
+            "strands: {}\nrollout_stuff: 1\n",
+            "unknown top-level key 'rollout_stuff': the plugin's settings file holds only a strands:",
+        ),
+    ],
+)
+def test_the_plugins_own_file_holds_only_strands(tmp_path, text, message):
+    path = tmp_path / "plugin.yaml"
+    path.write_text(text)
+    with pytest.raises(SettingsError, match=f"^{path}: " + re.escape(message)):
+        PluginSettings.from_yaml(path, other_keys=False)
+
+
+def test_a_custom_config_file_may_hold_other_keys_but_no_near_miss_of_strands(tmp_path):
+    path = tmp_path / "custom.yaml"
+    path.write_text("strands: {max_tool_iters: 2}\nrollout_batch_size: 8\ntrends: 1\nstranded: 2\n")
+    assert PluginSettings.from_yaml(path).max_tool_iters == 2
+    path.write_text("strands: {max_tool_iters: 2}\nstrands_: {max_tool_iters: 3}\n")
+    with pytest.raises(SettingsError, match="unknown top-level key 'strands_': did you mean 'strands'"):
+        PluginSettings.from_yaml(path)
+
+
+def test_slimes_args_with_a_near_miss_of_strands_are_refused():
+    """slime copies --custom-config-path keys onto args: a misspelt section would silently train the defaults."""
+    slime_like = {"rollout_batch_size": 8, "custom_rm_path": "x", "trends": 1}
+    assert settings_from_args(types.SimpleNamespace(**slime_like)) == PluginSettings()
+    for name in ("strand", "Strands", "stands", "strnads"):
+        args = types.SimpleNamespace(**slime_like, **{name: {"max_tool_iters": 1}})
+        with pytest.raises(SettingsError, match=f"slime's args have '{name}' .*did you mean 'strands'"):
+            settings_from_args(args)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from slime_strands.command_errors import CommandError
+from slime_strands.eval_digest import ConfigDigest
 from slime_strands.trajectory_file import (
     SCHEMA,
     Span,
@@ -17,9 +18,9 @@ from slime_strands.trajectory_file import (
     TrajectoryWriter,
     has_torn_tail,
     iter_rows,
-    read_row,
     row_key,
 )
+from slime_strands.trajectory_keys import find_row, latest_rows
 
 
 def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow:
@@ -47,6 +48,7 @@ def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow
         metrics={"turns": 1, "parse_errors": {}},
         tools=[{"type": "function", "function": {"name": "add"}}],
         chat_template_kwargs={"enable_thinking": False},
+        config=ConfigDigest("s" * 16, "p" * 16, "t" * 16, "o" * 16, "m" * 16),
     )
     values.update(changes)
     return TrajectoryRow(**values)
@@ -64,14 +66,22 @@ def test_rows_round_trip_exactly(tmp_path):
     rows = [
         make_row(0, 0),
         make_row(0, 1, reward=0.0, error="why \udcff", segments=[described, described]),  # a lone surrogate
+        make_row(1, 0, config=None),  # written before rows carried their configuration
     ]
     path = tmp_path / "t.jsonl"
     write(path, rows)
     assert [row for _, row in iter_rows(path)] == rows
-    assert [number for number, _ in iter_rows(path)] == [1, 2]
+    assert [number for number, _ in iter_rows(path)] == [1, 2, 3]
     first = json.loads(path.read_text().splitlines()[0])
     assert first["schema"] == SCHEMA and first["key"] == "0:0" and "q ✓" in path.read_text()
-    assert read_row(path, -1)[1] == rows[1] and read_row(path, 0) == (1, rows[0])
+    assert first["config"] == {
+        "settings": "s" * 16,
+        "sampling": "p" * 16,
+        "tokenizer": "t" * 16,
+        "tools": "o" * 16,
+        "model": "m" * 16,
+    }
+    assert find_row(path, "-1")[1] == rows[2] and find_row(path, "0:0") == (1, rows[0])
     assert rows[0].correct and not rows[1].correct
 
 
@@ -122,17 +132,68 @@ def test_malformed_rows_are_named_by_line(tmp_path, mutate, message):
     assert "slime-strands eval --out" in raised.value.hint
 
 
-def test_read_row_errors(tmp_path):
+def test_rows_are_found_by_key_not_by_line(tmp_path):
+    """Lines come in completion order, a retried key twice: --index names the key, its later line wins."""
+    path = tmp_path / "t.jsonl"
+    failed = make_row(0, 1, status="FAILED", termination="failure", segments=[], messages=[])
+    retried = make_row(0, 1, reward=0.0)
+    write(path, [make_row(2, 0), failed, make_row(0, 0), make_row(10, 1), retried])
+    assert [row.key for _, row in latest_rows(path)] == ["0:0", "0:1", "2:0", "10:1"], "numeric key order"
+    assert find_row(path) == (3, make_row(0, 0)), "the first key by default"
+    assert find_row(path, "0:1") == (5, retried) and find_row(path, "2") == (1, make_row(2, 0))
+    assert find_row(path, "-1")[1].key == "10:1" and find_row(path, "-4")[1].key == "0:0"
+    written_otherwise = tmp_path / "sorted-keys.jsonl"  # a key the writer did not put first is still found
+    written_otherwise.write_text(json.dumps(retried.to_json(), sort_keys=True) + "\n")
+    assert find_row(written_otherwise, "0:1") == (1, retried)
+
+
+def test_find_row_errors(tmp_path):
     path = tmp_path / "t.jsonl"
     write(path, [make_row(0, 0), make_row(1, 0)])
-    with pytest.raises(CommandError, match="no trajectory at index 2: the file holds 2 trajectories"):
-        read_row(path, 2)
-    with pytest.raises(CommandError, match="index -3"):
-        read_row(path, -3)
+    with pytest.raises(CommandError, match="no trajectory with key 2:0: the file holds keys 0:0 to 1:0 "):
+        find_row(path, "2")
+    with pytest.raises(CommandError, match="no trajectory at --index -3"):
+        find_row(path, "-3")
+    with pytest.raises(CommandError, match="'1/2' is not a row key"):
+        find_row(path, "1/2")
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(CommandError) as raised:
-        read_row(empty, 0)
-    assert "holds 0 trajectories" in str(raised.value) and "run `slime-strands eval" in raised.value.hint
+        find_row(empty, "0")
+    assert "no trajectories" in str(raised.value) and "run `slime-strands eval" in raised.value.hint
     with pytest.raises(CommandError, match="no such trajectory file"):
-        read_row(tmp_path / "missing.jsonl", 0)
+        find_row(tmp_path / "missing.jsonl", "0")
+
+
+def test_a_failed_episode_row_holds_no_tokens_and_a_bounded_error():
+    """An episode that generated nothing has no trajectory: its row holds the prompt once, no tokens, and at
+    most ERROR_CHARS of the error (a server's error body can echo a whole request)."""
+    from slime_strands.eval_data import EvalPrompt
+    from slime_strands.record import EpisodeRecord, Termination
+    from slime_strands.token_manager import TokenManager
+    from slime_strands.trajectory_file import ERROR_CHARS
+
+    prompt_only = TokenManager()
+    prompt_only.add_prompt(list(range(50_000)))
+    error = "SGLangHTTPError: SGLang answered HTTP 422: " + "input_ids " * 5_000
+    record = EpisodeRecord(
+        Termination.FAILED,
+        evaluation=True,
+        error=error,
+        trajectory=prompt_only,
+        system_prompt="Be brief.",
+        messages=[{"role": "user", "content": [{"text": "q"}]}],
+    )
+    prompt = EvalPrompt(index=0, line=1, prompt=[{"role": "user", "content": "q"}], label="1", dataset="d")
+    config = ConfigDigest("s" * 16, "p" * 16, "t" * 16, "o" * 16, "m" * 16)
+    row = TrajectoryRow.from_episode(
+        prompt, 0, record, 0.0, tokenizer="tok", tools=None, chat_template_kwargs={}, config=config
+    )
+    assert row.segments == [] and row.messages == [] and row.prompt == prompt.prompt
+    assert (
+        len(row.error) <= ERROR_CHARS + 60
+        and row.error.startswith(error[:100])
+        and row.error.endswith(error[-100:])
+    )
+    assert "characters cut" in row.error
+    assert len(json.dumps(row.to_json())) < 2 * ERROR_CHARS
