@@ -11,7 +11,7 @@ slime-strands did before). Per step: wall time, turns the server generated, turn
 on, turns the continued episodes did not generate again (saved), long episodes in the batch, groups left in
 the buffer.
 
-    SLIME_DIR=/path/to/slime python benchmarks/bench_partial_rollout.py            # ~2 min on 2 cores
+    SLIME_STRANDS_SLIME_SOURCE=/path/to/slime python benchmarks/bench_partial_rollout.py  # ~2 min on 2 cores
     python benchmarks/bench_partial_rollout.py --steps 3 --batch 2 --turn-s 0.02  # smoke run
 """
 
@@ -106,7 +106,9 @@ async def _steps(opts: argparse.Namespace, resume: bool) -> list[dict[str, Any]]
 
     with real_slime() as slime:
         if slime is None:
-            raise SystemExit("slime's source is needed: set SLIME_DIR to a checkout of THUDM/slime")
+            raise SystemExit(
+                "slime's source is needed: set SLIME_STRANDS_SLIME_SOURCE to a checkout of THUDM/slime"
+            )
         from conftest import qwen3_tokenizer_path
         from slime.utils import http_utils
 

@@ -13,17 +13,15 @@ import asyncio
 import dataclasses
 import importlib
 import importlib.util
-import os
 import sys
 import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from slime_helpers import make_args
+from slime_helpers import make_args, slime_source
 
 from slime_strands.record import EpisodeRecord
 from slime_strands.testing import SGLangTestServer, Turn
@@ -228,17 +226,13 @@ reward's LaTeX parser): where they are not installed, empty placeholders let sli
 
 @contextmanager
 def real_slime() -> Iterator[types.ModuleType | None]:
-    """slime's real ``slime.rollout.sglang_rollout`` (the source in ``$SLIME_DIR``, or a snapshot in
-    ``shared/slime`` beside the repository or one of its parents), or None where slime's source is not at hand. On exit slime's
-    modules (and the placeholders) leave ``sys.modules`` again, with its singletons (GenerateState, the
-    HTTP client): other tests see no slime, and the next test a fresh one."""
+    """slime's real ``slime.rollout.sglang_rollout`` (the source ``slime_source()`` finds), or None where slime's
+    source is not at hand. On exit slime's modules (and the placeholders) leave ``sys.modules`` again, with its
+    singletons (GenerateState, the HTTP client): other tests see no slime, and the next test a fresh one."""
     modules, path = set(sys.modules), list(sys.path)
-    here = Path(__file__).resolve()
-    candidates = [os.environ.get("SLIME_DIR"), *(str(up / "shared" / "slime") for up in here.parents[1:])]
-    for candidate in [c for c in candidates if c]:
-        if (Path(candidate) / "slime" / "rollout" / "sglang_rollout.py").exists():
-            sys.path.append(candidate)
-            break
+    source = slime_source()
+    if source is not None:
+        sys.path.append(str(source))
     for name in _IMPORT_ONLY:
         if name not in sys.modules and importlib.util.find_spec(name) is None:
             placeholder = types.ModuleType(name)

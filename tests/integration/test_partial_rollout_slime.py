@@ -3,8 +3,8 @@ episodes still running once it has enough groups (``abort()``: its flag, then ``
 worker the router lists, then it collects the partial groups, marking ``start_rollout_id``), and the next
 step hands them back through ``generate_and_rm`` (which masks off-policy tokens its own way first).
 
-Needs slime's source: ``$SLIME_DIR``, or the snapshot in ../shared/slime next to the repository (slime is not
-on PyPI). The episodes are the ones of test_partial_rollout.py: each continued sample must equal the same
+Needs slime's source (slime is not on PyPI): ``$SLIME_STRANDS_SLIME_SOURCE``, or the snapshot in ../shared/slime
+beside the clone (``slime_helpers.slime_source``). The episodes are the ones of test_partial_rollout.py: each continued sample must equal the same
 episode run straight through, token for token.
 """
 
@@ -28,6 +28,7 @@ from partial_kit import (
     wait_until,
 )
 from partial_tools import HOLD, call
+from slime_helpers import SLIME_SOURCE_ENV
 
 from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
 from slime_strands.record import EpisodeRecord
@@ -48,7 +49,7 @@ FAST = (ADD, ADD, ANSWER)
 def slime() -> Iterator[Any]:
     with real_slime() as module:
         if module is None:
-            pytest.skip("slime's source is not at hand: set SLIME_DIR to a checkout of THUDM/slime")
+            pytest.skip(f"slime's source is not at hand: set {SLIME_SOURCE_ENV} (CI always has it)")
         module.GenerateState.clear_instances()
         yield module
         module.GenerateState.clear_instances()

@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 from bench_runner import run_benchmark
 from partial_kit import real_slime
+from slime_helpers import SLIME_SOURCE_ENV
 
 
 @pytest.mark.timeout(300)
 def test_small_partial_rollout_benchmark_runs_both_ways():
     with real_slime() as slime:
         if slime is None:
-            pytest.skip("slime's source is not at hand: set SLIME_DIR to a checkout of THUDM/slime")
+            pytest.skip(f"slime's source is not at hand: set {SLIME_SOURCE_ENV} (CI always has it)")
     args = ("--steps", "2", "--batch", "1", "--turns", "2", "--long-factor", "3", "--turn-s", "0.01")
     lines = run_benchmark("bench_partial_rollout.py", *args).splitlines()
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| step")]
