@@ -13,6 +13,7 @@ import asyncio
 import json
 import pickle
 import types
+from typing import Any
 
 import partial_tools
 import pytest
@@ -508,20 +509,24 @@ async def test_a_sandbox_run_in_flight_at_the_abort_is_killed_and_runs_again(ser
     assert_same_episode(out, await reference(server, policy, args, (code, ANSWER)))
 
 
-async def test_a_cut_turn_with_no_room_left_ends_there(server, tokenizer):
-    """The abort cut a turn just as it reached its ``max_new_tokens``: continuing it asks the server for
-    nothing more; the turn ends ``length``, as it would have without the abort."""
-    model = SGLangModel(tokenizer=tokenizer, base_url=server.base_url, params={"max_new_tokens": 4})
+def restore_cut_turn(model: SGLangModel, tokenizer: Any, pending: PendingTurn) -> TokenManager:
+    """Put ``model`` back on a one-turn episode whose turn the abort cut after 4 tokens (``pending``: what the
+    turn was sent with); the restored trajectory."""
     tm = TokenManager()
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
     )
     tm.add_prompt(tokenizer.encode(prompt, add_special_tokens=False))
     tm.add_generation([9707, 11, 1879, 0], [-0.1] * 4, TurnInfo("abort"))
-    state = ModelCheckpoint(
-        1, PendingTurn(1, False, 4, Termination.MAX_TOKENS), (), {}, {}, ModelStats(turns=1)
-    )
-    model.restore_state(tm, state)
+    model.restore_state(tm, ModelCheckpoint(1, pending, (), {}, {}, ModelStats(turns=1)))
+    return tm
+
+
+async def test_a_cut_turn_with_no_room_left_ends_there(server, tokenizer):
+    """The abort cut a turn just as it reached its ``max_new_tokens``: continuing it asks the server for
+    nothing more; the turn ends ``length``, as it would have without the abort."""
+    model = SGLangModel(tokenizer=tokenizer, base_url=server.base_url, params={"max_new_tokens": 4})
+    tm = restore_cut_turn(model, tokenizer, PendingTurn(1, False, 4, Termination.MAX_TOKENS))
     events = [e async for e in model.stream([{"role": "user", "content": [{"text": "hi"}]}])]
     assert not server.generate_requests, "no request: the turn had its tokens"
     assert any(e.get("messageStop", {}).get("stopReason") == "max_tokens" for e in events)
@@ -534,16 +539,7 @@ async def test_a_cut_turn_asks_for_the_rest_of_the_budget_it_was_sent_with(serve
     compaction's reserve, the per-turn cap): the same turn, the same length."""
     model = SGLangModel(tokenizer=tokenizer, base_url=server.base_url, params={"max_new_tokens": 100})
     model.update_config(reserved_tokens=50)  # a summary's reserve the cut turn was not sent under
-    tm = TokenManager()
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
-    )
-    tm.add_prompt(tokenizer.encode(prompt, add_special_tokens=False))
-    tm.add_generation([9707, 11, 1879, 0], [-0.1] * 4, TurnInfo("abort"))
-    state = ModelCheckpoint(
-        1, PendingTurn(1, False, 10, Termination.CONTEXT_FULL), (), {}, {}, ModelStats(turns=1)
-    )
-    model.restore_state(tm, state)
+    tm = restore_cut_turn(model, tokenizer, PendingTurn(1, False, 10, Termination.CONTEXT_FULL))
     server.script(Turn(" ".join(["word"] * 20), finish="length"))  # writes on past the 6 tokens left
     [e async for e in model.stream([{"role": "user", "content": [{"text": "hi"}]}])]
     (request,) = server.generate_requests
