@@ -312,20 +312,7 @@ class SGLangModel(Model):
 
         tm = self.token_manager
         continued = self._continued_turn(messages)
-        delta_ids: list[int] = []
-        if continued is not None:  # a turn an abort cut: its input is in the trajectory, partial output too
-            starts_in_reasoning = continued.starts_in_reasoning
-        elif len(tm) == 0:
-            size = _content_chars(messages) + len(system_prompt or "") + len(json.dumps(tools or []))
-            room = await self._room(prompt=True)
-            prompt_text, prompt_ids = await _offload(
-                size, self._render_initial, messages, system_prompt, tools, room
-            )
-            tm.add_prompt(prompt_ids)
-            starts_in_reasoning = self._renderer.opens_reasoning(prompt_text)
-        else:
-            prompt_text, delta_ids = await self._render_new_messages(messages, system_prompt, tools)
-            starts_in_reasoning = self._renderer.opens_reasoning(prompt_text)
+        delta_ids, starts_in_reasoning = await self._render_input(messages, system_prompt, tools, continued)
         if self._trajectory_json_of is not tm or len(self._trajectory_json) != len(tm):
             # a new episode or segment (or a token manager changed behind our back): serialise it once
             self._trajectory_json = await _offload(len(tm) * 4, TokenIdsJSON, tm.token_ids)
@@ -359,6 +346,45 @@ class SGLangModel(Model):
         self._pending = None
         self._messages_seen = len(messages) + 1  # + the assistant message the agent appends for this answer
 
+        events = await self._turn_events(result, so_far, starts_in_reasoning, schemas, input_len, elapsed)
+        self.stats.overhead_s += time.perf_counter() - entered - elapsed
+        for event in events:
+            yield event
+
+    async def _render_input(
+        self,
+        messages: Messages,
+        system_prompt: str | None,
+        tools: list[dict[str, Any]] | None,
+        continued: PendingTurn | None,
+    ) -> tuple[list[int], bool]:
+        """The turn's input: the prompt (added to the trajectory) on the first call, else the new messages'
+        tokens (added once the server accepted them); whether the turn starts inside a reasoning block."""
+        tm = self.token_manager
+        if continued is not None:  # a turn an abort cut: its input is in the trajectory, partial output too
+            return [], continued.starts_in_reasoning
+        if len(tm) == 0:
+            size = _content_chars(messages) + len(system_prompt or "") + len(json.dumps(tools or []))
+            room = await self._room(prompt=True)
+            prompt_text, prompt_ids = await _offload(
+                size, self._render_initial, messages, system_prompt, tools, room
+            )
+            tm.add_prompt(prompt_ids)
+            return [], self._renderer.opens_reasoning(prompt_text)
+        prompt_text, delta_ids = await self._render_new_messages(messages, system_prompt, tools)
+        return delta_ids, self._renderer.opens_reasoning(prompt_text)
+
+    async def _turn_events(
+        self,
+        result: GenerateResult,
+        so_far: list[int],
+        starts_in_reasoning: bool,
+        schemas: ToolSchemas,
+        input_len: int,
+        elapsed: float,
+    ) -> list[StreamEvent]:
+        """The finished turn (the part an abort cut, ``so_far``, and the answer) parsed into tool calls under
+        the turn policy, as Strands' stream events."""
         output_ids = [*so_far, *result.output_ids]
         parsed = await _offload(
             len(output_ids) * 4,
@@ -376,10 +402,7 @@ class SGLangModel(Model):
         )
         self._record_plan(plan)
         usage = format_usage(input_len, len(output_ids), result.cached_tokens)
-        events = format_stream_events(parsed, plan, usage, int(elapsed * 1000))
-        self.stats.overhead_s += time.perf_counter() - entered - elapsed
-        for event in events:
-            yield event
+        return format_stream_events(parsed, plan, usage, int(elapsed * 1000))
 
     async def abort(self) -> None:
         """Abort this trajectory's request in flight, every attempt of it by its exact id (SGLang matches abort
