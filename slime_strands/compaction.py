@@ -104,6 +104,9 @@ class ContextCompactor(ConversationManager):
         self._overflowed = False
         self._relax_next = False  # no compaction can help the turn that overflowed: run it as without one
         self._request_tokens: int | None = None  # the summary request, in tokens (with the template's margin)
+        self.compacting: bool | None = None
+        """While a compaction runs (its summary turn), its ``overflowed`` flag; an abort can leave it set."""
+        self._resume: bool | None = None  # a compaction an abort cut, to finish before the next model call
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         super().register_hooks(registry, **kwargs)
@@ -137,16 +140,20 @@ class ContextCompactor(ConversationManager):
         model = agent.model
         if not isinstance(model, SGLangModel):
             return
-        if await self._due(event, model, overflowed=overflowed):
+        stopped = event.cancel or (self.should_stop is not None and self.should_stop())
+        if self._resume is not None and not stopped:
+            # a compaction an abort cut: its summary turn is pending in the model; continue it, then rewrite
+            resume, self._resume = self._resume, None
+            await self._compact(agent, model, overflowed=resume)
+        elif not stopped and await self._due(agent, model, overflowed=overflowed):
             await self._compact(agent, model, overflowed=overflowed)
         await self._set_turn_rules(agent, model, relax=relax)
 
-    async def _due(self, event: BeforeModelCallEvent, model: SGLangModel, *, overflowed: bool) -> bool:
+    async def _due(self, agent: Any, model: SGLangModel, *, overflowed: bool) -> bool:
         """Whether to compact before this call: a compaction can help, and the last turn did not fit or the
-        segment holds ``trigger_share`` of the window or the response budget."""
-        if event.cancel or (self.should_stop is not None and self.should_stop()):
-            return False
-        if not self._can_compact(event.agent):
+        segment holds ``trigger_share`` of the window or the response budget. Never before a turn an abort
+        cut: the call continues it (the uninterrupted episode did not compact there)."""
+        if model.pending_turn is not None or not self._can_compact(agent):
             return False
         return overflowed or await model.fill_ratio() >= self.settings.trigger_share
 
@@ -169,6 +176,11 @@ class ContextCompactor(ConversationManager):
             min_turn_tokens=floor,
         )
 
+    def restore(self, *, pending: bool | None) -> None:
+        """Continue from a partial-rollout checkpoint: a compaction it cut (``pending``: its ``overflowed``
+        flag) is in progress, and finished before the next model call."""
+        self.compacting = self._resume = pending
+
     @property
     def _exhausted(self) -> bool:
         return self.segments.compactions >= self.settings.max_compactions
@@ -181,6 +193,7 @@ class ContextCompactor(ConversationManager):
     # -- how ----------------------------------------------------------------------------------------
 
     async def _compact(self, agent: Any, model: SGLangModel, *, overflowed: bool) -> None:
+        self.compacting = overflowed
         messages = agent.messages
         # The newest messages (tool results) since the last answer: the summary is asked after them when the
         # request and the whole summary budget fit there, else (and always after an overflow) before them, and
@@ -199,6 +212,7 @@ class ContextCompactor(ConversationManager):
         self.segments.close_main(closed, next_opened_by=strategy)
         dropped = len(agent.messages) - len(history) + (summary is not None)
         agent.messages[:] = history
+        self.compacting = None
         logger.debug(
             "slime-strands: %s compaction %d: %d tokens closed, %d messages dropped",
             strategy,
@@ -233,6 +247,9 @@ class ContextCompactor(ConversationManager):
         if not overflowed and answered < len(messages):
             attempts.append((list(messages), None))
         attempts.append((list(messages[:answered]), answered - 1))
+        pending = model.pending_turn
+        if pending is not None:  # an abort cut the summary turn: continue the attempt it made
+            attempts = [attempt for attempt in attempts if len(attempt[0]) + 1 == pending.messages]
         for history, keep_from in attempts:
             try:
                 return await self._ask_summary(agent, model, history), keep_from

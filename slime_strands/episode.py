@@ -20,13 +20,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from strands import Agent
 from strands.agent.conversation_manager import NullConversationManager
 from strands.hooks import AfterToolCallEvent, AfterToolsEvent, BeforeToolsEvent, HookProvider, HookRegistry
+from strands.middleware import ExecuteToolStage
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
 
+from .checkpoint import EpisodeCheckpoint, MalformedCheckpointError
 from .client import SGLangClient, SGLangError
 from .compaction import ContextCompactor
 from .errors import ConfigurationError
@@ -40,6 +43,7 @@ from .model import (
 )
 from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION, InvocationPacer
 from .record import EpisodeRecord, SegmentRecord, Termination
+from .resume import AbortGuard, AbortSignal, capture, restore
 from .runtime import import_tools, raise_gc_threshold
 from .sampling import merge_sampling_params
 from .segments import SEGMENTS_KEY, EpisodeSegments
@@ -85,29 +89,67 @@ async def run_episode(
     tools: Sequence[Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     hooks: Sequence[HookProvider] = (),
+    resume: EpisodeCheckpoint | None = None,
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
-    ``should_stop()`` (slime's abort flag) is checked between turns and before tools; when it holds, an
-    ``abort`` answer from the server ends the episode ABORTED instead of being retried. ``hooks`` are added to
-    the agent after slime-strands' own (observers: metrics, benchmarks)."""
+    ``should_stop()`` (slime's abort flag; an :class:`~slime_strands.resume.AbortSignal` shares one poller
+    between episodes) is checked between turns and before tools, and stops running tool calls; when it holds,
+    an ``abort`` answer from the server ends the episode ABORTED instead of being retried, and the record's
+    ``checkpoint`` says how to continue it. ``resume`` continues such an episode (one that cannot be restored
+    starts again from the prompt, with a warning). ``hooks`` are added to the agent after slime-strands' own
+    (observers: metrics, benchmarks)."""
     started = time.perf_counter()
     raise_gc_threshold(settings)
     if tools is None:
         tools = import_tools(settings)
-    if should_stop is not None and should_stop():
+    signal = None if should_stop is None else _signal(should_stop)
+    stopped = signal is not None and signal()
+    if stopped and resume is None:
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
     try:
-        episode = _build(tokenizer, client, settings, spec, tools, should_stop, hooks)
+        episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
+        if resume is not None:
+            fresh = partial(_build, tokenizer, client, settings, spec, tools, signal, hooks)
+            episode = _resumed(episode, resume, fresh, going_on=not stopped)
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only
         record = _failed(spec, exc)
     else:
-        termination, error = await _run(episode, settings)
+        # aborted before it went on: an episode to continue is written (and saved) as its checkpoint left it
+        termination, error = (Termination.ABORTED, None) if stopped else await _run(episode, settings)
         record = await _summarize(episode, spec, termination, error)
     record.wall_time_s = time.perf_counter() - started
     return record
+
+
+def _signal(should_stop: Callable[[], bool]) -> AbortSignal:
+    return should_stop if isinstance(should_stop, AbortSignal) else AbortSignal(should_stop)
+
+
+def _resumed(
+    episode: _Episode, checkpoint: EpisodeCheckpoint, fresh: Callable[[], _Episode], *, going_on: bool
+) -> _Episode:
+    """``episode`` continuing from ``checkpoint``; a new episode from the prompt when it does not restore.
+    ``going_on``: false when slime aborted before it went on (it is no continuation: its counts stay)."""
+    try:
+        restore(
+            checkpoint,
+            model=episode.model,
+            agent=episode.agent,
+            limiter=episode.limiter,
+            tool_time=episode.tool_stats,
+            segments=episode.segments,
+            compactor=episode.compactor,
+        )
+    except (MalformedCheckpointError, ValueError) as exc:
+        logger.warning("slime-strands: the episode's checkpoint does not restore (%s): it starts again", exc)
+        return fresh()
+    episode.prompt = None  # the conversation is there: the agent goes on from its last message
+    episode.continuations = checkpoint.continuations + going_on
+    episode.turns_saved = checkpoint.turns_saved + (checkpoint.turns if going_on else 0)
+    return episode
 
 
 # -- build -------------------------------------------------------------------------------------------
@@ -119,9 +161,12 @@ class _Episode:
     agent: Agent
     prompt: Any
     limiter: ToolLimiter
-    guard: StopWhen | None
+    guard: AbortGuard | None
     tool_stats: _ToolStats
     segments: EpisodeSegments
+    compactor: ContextCompactor | None = None
+    continuations: int = 0
+    turns_saved: int = 0
 
 
 def _build(
@@ -130,7 +175,7 @@ def _build(
     settings: PluginSettings,
     spec: EpisodeSpec,
     tools: Sequence[Any],
-    should_stop: Callable[[], bool] | None,
+    should_stop: AbortSignal | None,
     hooks: Sequence[HookProvider],
 ) -> _Episode:
     system_prompt, history, prompt = _split_prompt(spec.prompt, settings.system_prompt)
@@ -157,12 +202,13 @@ def _build(
         abort_expected=should_stop,
     )
     limiter = ToolLimiter(max_tool_iters=settings.max_tool_iters, max_tool_calls=settings.max_tool_calls)
-    guard = StopWhen(should_stop, "slime aborted the rollout") if should_stop is not None else None
     tool_stats = _ToolStats()
+    guard = AbortGuard(should_stop, limiter, tool_stats) if should_stop is not None else None
     segments = EpisodeSegments(collect_subagents=settings.collect_subagents)
     manager: NullConversationManager | ContextCompactor = NullConversationManager()
+    compactor = None
     if settings.context_management != "none":
-        manager = ContextCompactor(
+        manager = compactor = ContextCompactor(
             settings.context_management,
             settings.compaction,
             segments,
@@ -172,12 +218,15 @@ def _build(
     agent = build_agent(
         model,
         tools=tools,
-        hooks=[*(h for h in (limiter, guard, tool_stats) if h is not None), *hooks],
+        # the guard first: it notes the tool counters before the limiter counts a batch
+        hooks=[*(h for h in (guard, limiter, tool_stats) if h is not None), *hooks],
         system_prompt=system_prompt,
         messages=history,
         conversation_manager=manager,
     )
-    return _Episode(model, agent, prompt, limiter, guard, tool_stats, segments)
+    if guard is not None:
+        agent.add_middleware(ExecuteToolStage, guard.kill_on_abort)
+    return _Episode(model, agent, prompt, limiter, guard, tool_stats, segments, compactor)
 
 
 def build_agent(
@@ -328,15 +377,15 @@ async def _summarize(
     if not segments and termination not in (Termination.ABORTED, Termination.FAILED):
         # Nothing generated (the prompt alone fills the context): slime cannot train on an empty response.
         termination, error = Termination.FAILED, f"no token generated ({termination.value})"
-    models = [model, *episode.segments.subagent_models]
+    stats = [model.stats, *episode.segments.subagent_stats]
     parse_errors: Counter[str] = Counter()
-    for m in models:
-        parse_errors.update(m.parse_errors)
+    for s in stats:
+        parse_errors.update(s.parse_errors)
     record = EpisodeRecord(
         termination,
         evaluation=spec.evaluation,
         error=error,
-        turns=sum(m.stats.turns for m in models),
+        turns=sum(s.turns for s in stats),
         tool_iters=episode.limiter.tool_iter_count,
         tool_calls=episode.limiter.tool_call_count,
         tool_errors=episode.tool_stats.errors,
@@ -344,16 +393,28 @@ async def _summarize(
         tool_time_s=episode.tool_stats.seconds,
         generation_time_s=model.stats.generation_time_s,
         client_overhead_s=model.stats.overhead_s,
-        prompt_tokens=sum(m.stats.prompt_tokens for m in models),
-        cached_tokens=sum(m.stats.cached_tokens for m in models),
-        tool_outputs_truncated=sum(m.stats.tool_outputs_truncated for m in models),
+        prompt_tokens=sum(s.prompt_tokens for s in stats),
+        cached_tokens=sum(s.cached_tokens for s in stats),
+        tool_outputs_truncated=sum(s.tool_outputs_truncated for s in stats),
         response_tokens=sum(s.response_length for s in segments),
         generated_tokens=sum(s.generated_tokens for s in segments),
         segments=segments,
         trajectory=model.token_manager,
         system_prompt=episode.agent.system_prompt,
         messages=list(episode.agent.messages),
+        continuations=episode.continuations,
+        turns_saved=episode.turns_saved,
     )
+    if termination is Termination.ABORTED and episode.guard is not None:
+        record.checkpoint = capture(
+            model=model,
+            agent=episode.agent,
+            guard=episode.guard,
+            segments=episode.segments,
+            compactor=episode.compactor,
+            continuations=episode.continuations,
+            turns_saved=episode.turns_saved,
+        )
     if segments:
         record.trajectory, record.response = segments[-1].trajectory, segments[-1].response
         record.final_turn_chars = segments[-1].final_turn_chars
@@ -375,12 +436,16 @@ async def _decode_response(tm: TokenManager, model: SGLangModel) -> tuple[str, i
     only the final answer (never tool output or earlier turns) without knowing the chat template."""
     ids = tm.token_ids
     response = await model.decode(ids[tm.prompt_length :])
-    last = next((s for s in reversed(tm.segments) if s.kind == "generated"), None)
-    if last is None:
+    segments = tm.segments
+    ends = [i for i, s in enumerate(segments) if s.kind == "generated"]
+    if not ends:
         return response, None
+    first = ends[-1]  # the last turn: the run of generated segments it ends (a continued turn has several)
+    while first > 0 and segments[first - 1].kind == "generated":
+        first -= 1
     # Decoded on its own, not cut out of ``response``: where the turn starts inside a multi-byte
     # character, or a decoder treats the first token specially, the two differ and no length is given.
-    tail = await model.decode(ids[last.start :])
+    tail = await model.decode(ids[segments[first].start :])
     return response, (len(tail) if tail and response.endswith(tail) else None)
 
 

@@ -25,6 +25,11 @@ carry an episode record; termination names come from ``record.OUTCOMES``); ``<p>
 ``<p>/compactions_mean`` and ``<p>/compacted_rate`` (episodes compacted at least once),
 ``<p>/tokens_saved_mean`` (tokens the compactions of an episode removed from its context) and
 ``<p>/tokens_saved_per_compaction``, ``<p>/subagents_mean`` (collected sub-agent segments per episode).
+Partial rollout (episodes continued where slime's abort stopped them): ``<p>/continued_episodes`` and
+``<p>/continued_rate``, ``<p>/continued_more_than_once`` (episodes), ``<p>/turns_saved`` (turns the continuations
+did not generate again, summed over the step's episodes) and ``<p>/turns_saved_mean`` (per continued
+episode), ``<p>/offpolicy_masked_tokens`` (generated tokens ``--mask-offpolicy-in-partial-rollout`` took out of
+the loss) and ``<p>/offpolicy_masked_share`` (of the generated tokens).
 An episode of several samples is counted once, from the sample that holds its last segment (every sibling
 carries the episode's record); ``status/*`` counts every sample, as slime's trainer sees them. Eval adds ``eval/strands/<dataset>/accuracy`` (reward == 1) and
 ``.../pass@<k>`` (unbiased; k = 1, 2, 4, ... up to the samples per prompt, averaged over the prompts with at
@@ -147,6 +152,7 @@ def aggregate(samples: Iterable[Any]) -> dict[str, float]:
         out["tokens_saved_per_compaction"] = total("tokens_saved") / compactions
     out["subagents_mean"] = total("subagents") / n
     out["regenerated_rate"] = sum(1 for r in records if r.regenerations > 0) / n
+    out.update(_continuation_metrics(records))
     parse_errors: Counter[str] = Counter()
     for r in records:
         parse_errors.update(r.parse_errors)
@@ -154,6 +160,24 @@ def aggregate(samples: Iterable[Any]) -> dict[str, float]:
     terminations = Counter(r.outcome.metric for r in records)
     out.update({f"termination/{name}": count / n for name, count in terminations.items()})
     out["remove_sample_rate"] = sum(bool(getattr(s, "remove_sample", False)) for s, _ in pairs) / n
+    return out
+
+
+def _continuation_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
+    """Partial rollout: how many episodes continued, the turns that saved, what off-policy masking took."""
+    continued = [r for r in records if r.continuations]
+    out = {
+        "continued_episodes": float(len(continued)),
+        "continued_rate": len(continued) / len(records),
+        "continued_more_than_once": float(sum(r.continuations > 1 for r in continued)),
+        "turns_saved": float(sum(r.turns_saved for r in continued)),
+        "offpolicy_masked_tokens": float(sum(r.offpolicy_masked_tokens for r in records)),
+    }
+    if continued:
+        out["turns_saved_mean"] = out["turns_saved"] / len(continued)
+    generated = sum(r.generated_tokens for r in records)
+    if generated:
+        out["offpolicy_masked_share"] = out["offpolicy_masked_tokens"] / generated
     return out
 
 

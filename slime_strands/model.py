@@ -11,6 +11,8 @@ then closes the trajectory so far and the next call renders the rewritten conver
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import json
 import logging
 import time
@@ -18,8 +20,8 @@ import weakref
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from strands.hooks import BeforeToolCallEvent
 from strands.models import BaseModelConfig, Model
@@ -29,20 +31,25 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
 from .chat import ChatRenderer, to_template_messages, to_template_tools
+from .checkpoint import ModelCheckpoint, PendingTurn
 from .client import (
     SGLANG_CONTEXT_MARGIN,
     GenerateResult,
     RequestHandle,
     SGLangClient,
     SGLangContextLengthError,
+    SGLangError,
     TokenIdsJSON,
 )
 from .errors import SlimeStrandsError
 from .families import select_tool_parser
+from .model_stats import ModelStats
 from .record import Termination
-from .sampling import SGLANG_SAMPLING_KEYS, check_sampling_keys, check_sampling_values
+from .resume import AbortSignal
+from .sampling import GRAMMAR_KEYS, SGLANG_SAMPLING_KEYS, check_sampling_keys, check_sampling_values
 from .token_manager import TokenManager, TurnInfo
 from .tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
+from .tool_parsers.base import ParseErrorKind
 from .tool_parsers.events import (
     INVALID_TOOL_NAME,
     TurnPlan,
@@ -128,24 +135,13 @@ class GenerationAbortedError(SlimeStrandsError, RuntimeError):
     """The server aborted the request (``finish_reason.type == "abort"``)."""
 
 
-@dataclass
-class ModelStats:
-    """Per-trajectory counters kept by the model (reset with :meth:`SGLangModel.reset`)."""
+@dataclass(frozen=True)
+class TurnBudget:
+    """A turn's ``max_new_tokens`` (of a turn an abort cut: the whole turn's, its continuations included) and
+    how a turn cut at that length ends the episode: the bound that set it."""
 
-    turns: int = 0
-    generation_time_s: float = 0.0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    tool_calls_parsed: int = 0
-    parse_errors: Counter[str] = field(default_factory=Counter)
-    tool_outputs_truncated: int = 0
-    overhead_s: float = 0.0
-    """Client-side time of the turns (rendering, tokenizing, decoding, parsing), request time excluded."""
-    last_finish_reason: str | None = None
-    last_cut: Termination | None = None
-    """How the last turn ends the episode when it finished with ``length``: ``MAX_TOKENS`` (it hit the
-    per-turn ``max_new_tokens``), ``CONTEXT_FULL`` (the context window clamped it: here, or silently on the
-    server) or ``RESPONSE_BUDGET`` (the whole-trajectory budget clamped it); None after other finishes."""
+    max_new_tokens: int
+    bound: Termination
 
 
 class SGLangModel(Model):
@@ -246,6 +242,8 @@ class SGLangModel(Model):
         self._last_tool_ids: list[str] = []
         self._call_errors: dict[str, ToolCallError] = {}
         self._template_ids: dict[str, str] = {}
+        self._pending: PendingTurn | None = None
+        """A turn an abort cut after its input was appended: the next call with as many messages continues it."""
 
     # -- trajectory segments (context management, sub-agents) ---------------------------------
 
@@ -258,6 +256,7 @@ class SGLangModel(Model):
         closed = self.token_manager
         self.token_manager = TokenManager()
         self._messages_seen = 0
+        self._pending = None  # a turn cut in the closed trajectory is not continued in the new one
         return closed
 
     def spawn(self) -> SGLangModel:
@@ -312,6 +311,58 @@ class SGLangModel(Model):
         tools, schemas = self._template_tools(tool_specs)
 
         tm = self.token_manager
+        continued = self._continued_turn(messages)
+        delta_ids, starts_in_reasoning = await self._render_input(messages, system_prompt, tools, continued)
+        if self._trajectory_json_of is not tm or len(self._trajectory_json) != len(tm):
+            # a new episode or segment (or a token manager changed behind our back): serialise it once
+            self._trajectory_json = await _offload(len(tm) * 4, TokenIdsJSON, tm.token_ids)
+            self._trajectory_json_of = tm
+        delta_json = await _offload(len(delta_ids) * 4, TokenIdsJSON, delta_ids)
+
+        so_far = _turn_so_far(tm) if continued is not None else []
+        input_len = len(tm) + len(delta_ids)
+        params = dict(self.config["params"])
+        stop_ids = list(params.get("stop_token_ids") or [])
+        params["stop_token_ids"] = stop_ids + [t for t in self._renderer.turn_end_ids if t not in stop_ids]
+
+        started = time.perf_counter()
+        result, cut = await self._send_turn(params, delta_json, len(delta_ids), continued, len(so_far))
+        elapsed = time.perf_counter() - started
+        if result.finish_reason == "abort" and any(params.get(key) is not None for key in GRAMMAR_KEYS):
+            # SGLang applies a grammar to each request's output from its first token: a constrained turn cut
+            # mid-generation cannot be continued inside its partial output (the continuation would write the
+            # whole constrained text again); it is asked again from its input, with its whole budget
+            result = dataclasses.replace(result, output_ids=[], logprobs=[])
+
+        if delta_ids:
+            tm.add_observation(delta_ids)
+            self._trajectory_json.extend(delta_json)
+        self._record_turn(result, elapsed, new_turn=continued is None)
+        self.stats.last_cut = cut.bound if result.finish_reason == "length" else None
+        self._trajectory_json.extend(result.output_ids)
+        if result.finish_reason == "abort":
+            self._pending = PendingTurn(len(messages), starts_in_reasoning, cut.max_new_tokens, cut.bound)
+            raise GenerationAbortedError(result.finish_message or "the server aborted the request")
+        self._pending = None
+        self._messages_seen = len(messages) + 1  # + the assistant message the agent appends for this answer
+
+        events = await self._turn_events(result, so_far, starts_in_reasoning, schemas, input_len, elapsed)
+        self.stats.overhead_s += time.perf_counter() - entered - elapsed
+        for event in events:
+            yield event
+
+    async def _render_input(
+        self,
+        messages: Messages,
+        system_prompt: str | None,
+        tools: list[dict[str, Any]] | None,
+        continued: PendingTurn | None,
+    ) -> tuple[list[int], bool]:
+        """The turn's input: the prompt (added to the trajectory) on the first call, else the new messages'
+        tokens (added once the server accepted them); whether the turn starts inside a reasoning block."""
+        tm = self.token_manager
+        if continued is not None:  # a turn an abort cut: its input is in the trajectory, partial output too
+            return [], continued.starts_in_reasoning
         if len(tm) == 0:
             size = _content_chars(messages) + len(system_prompt or "") + len(json.dumps(tools or []))
             room = await self._room(prompt=True)
@@ -319,39 +370,27 @@ class SGLangModel(Model):
                 size, self._render_initial, messages, system_prompt, tools, room
             )
             tm.add_prompt(prompt_ids)
-            delta_ids: list[int] = []
-        else:
-            prompt_text, delta_ids = await self._render_new_messages(messages, system_prompt, tools)
-        if self._trajectory_json_of is not tm or len(self._trajectory_json) != len(tm):
-            # a new episode or segment (or a token manager changed behind our back): serialise it once
-            self._trajectory_json = await _offload(len(tm) * 4, TokenIdsJSON, tm.token_ids)
-            self._trajectory_json_of = tm
-        delta_json = await _offload(len(delta_ids) * 4, TokenIdsJSON, delta_ids)
+            return [], self._renderer.opens_reasoning(prompt_text)
+        prompt_text, delta_ids = await self._render_new_messages(messages, system_prompt, tools)
+        return delta_ids, self._renderer.opens_reasoning(prompt_text)
 
-        input_len = len(tm) + len(delta_ids)
-        params = dict(self.config["params"])
-        stop_ids = list(params.get("stop_token_ids") or [])
-        params["stop_token_ids"] = stop_ids + [t for t in self._renderer.turn_end_ids if t not in stop_ids]
-
-        started = time.perf_counter()
-        result, cut = await self._send_turn(params, delta_json, len(delta_ids))
-        elapsed = time.perf_counter() - started
-
-        if delta_ids:
-            tm.add_observation(delta_ids)
-            self._trajectory_json.extend(delta_json)
-        self._record_turn(result, elapsed)
-        self.stats.last_cut = cut if result.finish_reason == "length" else None
-        self._trajectory_json.extend(result.output_ids)
-        if result.finish_reason == "abort":
-            raise GenerationAbortedError(result.finish_message or "the server aborted the request")
-        self._messages_seen = len(messages) + 1  # + the assistant message the agent appends for this answer
-
+    async def _turn_events(
+        self,
+        result: GenerateResult,
+        so_far: list[int],
+        starts_in_reasoning: bool,
+        schemas: ToolSchemas,
+        input_len: int,
+        elapsed: float,
+    ) -> list[StreamEvent]:
+        """The finished turn (the part an abort cut, ``so_far``, and the answer) parsed into tool calls under
+        the turn policy, as Strands' stream events."""
+        output_ids = [*so_far, *result.output_ids]
         parsed = await _offload(
-            len(result.output_ids) * 4,
+            len(output_ids) * 4,
             self._parse_output,
-            result.output_ids,
-            prompt_text,
+            output_ids,
+            starts_in_reasoning,
             schemas,
             _matched_stop_token(result),
         )
@@ -362,11 +401,8 @@ class SGLangModel(Model):
             max_calls_per_turn=self.config["max_calls_per_turn"],
         )
         self._record_plan(plan)
-        usage = format_usage(input_len, len(result.output_ids), result.cached_tokens)
-        events = format_stream_events(parsed, plan, usage, int(elapsed * 1000))
-        self.stats.overhead_s += time.perf_counter() - entered - elapsed
-        for event in events:
-            yield event
+        usage = format_usage(input_len, len(output_ids), result.cached_tokens)
+        return format_stream_events(parsed, plan, usage, int(elapsed * 1000))
 
     async def abort(self) -> None:
         """Abort this trajectory's request in flight, every attempt of it by its exact id (SGLang matches abort
@@ -374,35 +410,66 @@ class SGLangModel(Model):
         is sent and a turn ends as aborted."""
         await self.client.abort(self._requests)
 
+    async def _generate(self, *args: Any, **kwargs: Any) -> GenerateResult:
+        """``client.generate`` for this trajectory. When ``abort_expected`` is an
+        :class:`~slime_strands.resume.AbortSignal` (an episode's abort flag), the moment it holds the request
+        is aborted by its exact ids (:meth:`abort`): the turn in flight ends at once with the tokens written so
+        far, whether or not anyone aborts the whole server (slime does, but a router between may keep a
+        request it sent late), and no attempt of it is sent after that."""
+        signal = self.config["abort_expected"]
+        if not isinstance(signal, AbortSignal):
+            return await self.client.generate(*args, handle=self._requests, **kwargs)
+        answer = asyncio.ensure_future(self.client.generate(*args, handle=self._requests, **kwargs))
+        aborting = asyncio.ensure_future(signal.wait())
+        try:
+            await asyncio.wait({answer, aborting}, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                try:
+                    await self.abort()
+                except SGLangError as exc:  # slime's abort of every worker still ends it
+                    logger.debug("slime-strands: aborting request(s) %s failed: %s", self._requests.rids, exc)
+            return await answer
+        finally:
+            aborting.cancel()
+            answer.cancel()
+
     async def _send_turn(
-        self, params: dict[str, Any], delta_json: TokenIdsJSON, delta_len: int
-    ) -> tuple[GenerateResult, Termination]:
-        """Send the turn sized to the budgets; returns the answer and how a ``length`` finish of it ends the
-        episode. A context refusal that names the window (the window was unknown: the server does not report
-        it, or could not be asked) teaches it to the client: the turn is clamped and sent once more; a
-        prompt that cannot fit raises ``ContextWindowOverflowException``."""
-        last = self.token_manager.last_segment
+        self,
+        params: dict[str, Any],
+        delta_json: TokenIdsJSON,
+        delta_len: int,
+        continued: PendingTurn | None,
+        spent: int,
+    ) -> tuple[GenerateResult, TurnBudget]:
+        """Send the turn sized to the budgets; returns the answer and the turn's budget (how a ``length`` finish
+        of it ends the episode). A ``continued`` turn (an abort cut it after ``spent`` tokens) asks for the rest
+        of the budget it was sent with; none left: it ends ``length`` without a request. A context refusal that
+        names the window (the window was unknown: the server does not report it, or could not be asked)
+        teaches it to the client: the turn is clamped and sent once more; a prompt that cannot fit raises
+        ``ContextWindowOverflowException``."""
         refusal: SGLangContextLengthError | None = None
         while True:
-            max_new_tokens, bound = await self._turn_budget(delta_len)
+            if continued is None:
+                budget = await self._turn_budget(delta_len)
+            else:
+                budget = await self._rest_of_turn(continued, spent)
+            max_new_tokens = budget.max_new_tokens - spent
+            if max_new_tokens < _MIN_GENERATION_ROOM:  # a continued turn the cut left no room: it ends here
+                return GenerateResult(output_ids=[], logprobs=[], finish_reason="length"), budget
             if refusal is not None and max_new_tokens == params["max_new_tokens"]:
                 # the refusal taught nothing new: the same request would be refused again
                 raise ContextWindowOverflowException(str(refusal)) from refusal
             params["max_new_tokens"] = max_new_tokens
             try:
-                result = await self.client.generate(
+                result = await self._generate(
                     self._trajectory_json,
                     params,
                     input_ids_tail=delta_json,
                     routing_key=self.config["routing_key"],
                     return_routed_experts=self.config["return_routed_experts"],
-                    # rows held: every position before the last generated token (the trajectory so far)
-                    routed_experts_start_len=last.end - 1
-                    if last is not None and last.kind == "generated"
-                    else 0,
+                    routed_experts_start_len=_routing_rows_held(self.token_manager),
                     abort_retries=self.config["abort_retries"],
                     abort_expected=self.config["abort_expected"],
-                    handle=self._requests,
                 )
             except SGLangContextLengthError as exc:
                 if exc.window is None or refusal is not None:
@@ -412,8 +479,9 @@ class SGLangModel(Model):
                 continue
             # cut by `length` short of what was asked: the server clamped the turn to its window, silently
             applied = result.finish_length if result.finish_length is not None else len(result.output_ids)
-            clamped = result.finish_reason == "length" and applied < max_new_tokens
-            return result, Termination.CONTEXT_FULL if clamped else bound
+            if result.finish_reason == "length" and applied < max_new_tokens:
+                budget = TurnBudget(spent + applied, Termination.CONTEXT_FULL)
+            return result, budget
 
     # -- rendering --------------------------------------------------------------------------------
 
@@ -588,7 +656,7 @@ class SGLangModel(Model):
         known = [limit for limit in limits if limit is not None]
         return min(known) if known else None
 
-    async def _turn_budget(self, delta_len: int) -> tuple[int, Termination]:
+    async def _turn_budget(self, delta_len: int) -> TurnBudget:
         """``max_new_tokens`` for this turn: the per-turn cap clamped to the context and response budgets, short
         of ``reserved_tokens``, and how a turn cut at that length ends the episode (the bound that set it; the
         cap on a tie)."""
@@ -625,11 +693,20 @@ class SGLangModel(Model):
             raise ValueError(
                 "set params['max_new_tokens'], context_length or max_response_tokens: none is known"
             )
-        return min(bounds, key=lambda bound: bound[0])
+        return TurnBudget(*min(bounds, key=lambda bound: bound[0]))
+
+    async def _rest_of_turn(self, turn: PendingTurn, spent: int) -> TurnBudget:
+        """The budget of a turn an abort cut after ``spent`` tokens: the one it was sent with (the rooms have
+        not moved: they hold the cut turn's input and output), clamped to a window learned since."""
+        context = await self._context_window()
+        if context is not None and context - len(self.token_manager) < turn.max_new_tokens - spent:
+            return TurnBudget(spent + max(0, context - len(self.token_manager)), Termination.CONTEXT_FULL)
+        return TurnBudget(turn.max_new_tokens, turn.bound)
 
     # -- output -----------------------------------------------------------------------------------
 
-    def _record_turn(self, result: GenerateResult, elapsed: float) -> None:
+    def _record_turn(self, result: GenerateResult, elapsed: float, *, new_turn: bool = True) -> None:
+        """Append the answer (one generated segment) and count it; a continued turn is not a new turn."""
         info = TurnInfo(
             finish_reason=result.finish_reason,
             prompt_tokens=result.prompt_tokens,
@@ -641,19 +718,17 @@ class SGLangModel(Model):
         if result.output_ids:
             self.token_manager.add_generation(result.output_ids, result.logprobs, info)
         stats = self.stats
-        stats.turns += 1
+        stats.turns += new_turn
         stats.generation_time_s += elapsed
         stats.prompt_tokens += result.prompt_tokens or 0
         stats.cached_tokens += result.cached_tokens or 0
         stats.last_finish_reason = result.finish_reason
 
     def _parse_output(
-        self, output_ids: Sequence[int], prompt_text: str, schemas: ToolSchemas, ended_on: int | None
+        self, output_ids: Sequence[int], starts_in_reasoning: bool, schemas: ToolSchemas, ended_on: int | None
     ) -> ParseResult:
         text = self._renderer.decode(self._renderer.without_stop_token(output_ids, ended_on))
-        return self.tool_parser.parse(
-            text, starts_in_reasoning=self._renderer.opens_reasoning(prompt_text), tools=schemas
-        )
+        return self.tool_parser.parse(text, starts_in_reasoning=starts_in_reasoning, tools=schemas)
 
     def _record_plan(self, plan: TurnPlan) -> None:
         """Keep what later turns need (errors for the hook, call order, the model's call ids) and count."""
@@ -662,6 +737,51 @@ class SGLangModel(Model):
         self._template_ids.update(plan.template_ids)
         self.stats.parse_errors.update(plan.error_kinds)
         self.stats.tool_calls_parsed += len(plan.valid)
+
+    # -- partial rollout: a turn cut by an abort, and the state a checkpoint saves -------------------
+
+    @property
+    def pending_turn(self) -> PendingTurn | None:
+        """The turn an abort cut after its input was appended (its partial output too): the next call, made
+        with the messages it rendered, continues it."""
+        return self._pending
+
+    def _continued_turn(self, messages: Messages) -> PendingTurn | None:
+        """The pending turn this call continues (called with the messages the cut call rendered), or None."""
+        pending = self._pending
+        if pending is None:
+            return None
+        if len(messages) != pending.messages:
+            raise TrajectoryError(
+                f"an abort cut the turn whose input had {pending.messages} messages; it must be continued with "
+                f"them (got {len(messages)}): rebuild the agent on the checkpoint's conversation"
+            )
+        return pending
+
+    def checkpoint_state(self) -> ModelCheckpoint:
+        """What the model knows between turns besides its trajectory (see ``slime_strands.resume``)."""
+        return ModelCheckpoint(
+            messages_seen=self._messages_seen,
+            pending=self._pending,
+            last_tool_ids=tuple(self._last_tool_ids),
+            call_errors={k: (e.kind, e.message, e.raw, e.name) for k, e in self._call_errors.items()},
+            template_ids=dict(self._template_ids),
+            counters=copy.deepcopy(self.stats),
+        )
+
+    def restore_state(self, trajectory: TokenManager, state: ModelCheckpoint) -> None:
+        """Continue from a checkpoint: ``trajectory`` (rebuilt from it) is the current segment."""
+        self.reset()
+        self.token_manager = trajectory
+        self._messages_seen = state.messages_seen
+        self._pending = state.pending
+        self._last_tool_ids = list(state.last_tool_ids)
+        self._call_errors = {
+            k: ToolCallError(kind=cast(ParseErrorKind, kind), message=message, raw=raw, name=name)
+            for k, (kind, message, raw, name) in state.call_errors.items()
+        }
+        self._template_ids = dict(state.template_ids)
+        self.stats = copy.deepcopy(state.counters)
 
     # -- malformed calls reach the model as tool errors ----------------------------------------
 
@@ -676,6 +796,28 @@ class SGLangModel(Model):
         error = self._call_errors.get(str(event.tool_use.get("toolUseId")))
         if error is not None:
             event.cancel_tool = f"Error: invalid tool call ({error.kind}): {error.message}"
+
+
+def _turn_so_far(tm: TokenManager) -> list[int]:
+    """Output a continued turn already has: the generated segments the trajectory ends with."""
+    segments = tm.segments
+    start = len(segments)
+    while start and segments[start - 1].kind == "generated":
+        start -= 1
+    return [t for s in segments[start:] for t in s.token_ids]
+
+
+def _routing_rows_held(tm: TokenManager) -> int:
+    """Positions whose routed-expert rows the trajectory's answers already carry: every one before the last
+    token of the last answer that brought rows (an answer an abort cut may bring none)."""
+    for segment in reversed(tm.segments):
+        if (
+            segment.kind == "generated"
+            and segment.info is not None
+            and "routed_experts" in segment.info.meta_info
+        ):
+            return segment.end - 1
+    return 0
 
 
 def _matched_stop_token(result: GenerateResult) -> int | None:

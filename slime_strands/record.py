@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import SlimeStrandsError
 
 if TYPE_CHECKING:
+    from .checkpoint import EpisodeCheckpoint
     from .token_manager import TokenManager
 
 __all__ = [
@@ -134,6 +135,9 @@ class SegmentRecord:
     """The tool that ran a sub-agent segment."""
     final_turn_chars: int | None = None
     """Length of the segment's last generated turn at the end of its decoded response."""
+    carried_tokens: int = 0
+    """Tokens of the segment (its prompt included) written before the episode's last continuation (partial
+    rollout): by an older policy. The whole segment for one closed before it; 0 when never continued."""
     trajectory: TokenManager | None = field(default=None, repr=False, compare=False)
     """The segment's token trajectory; not saved."""
     response: str = field(default="", repr=False, compare=False)
@@ -212,6 +216,13 @@ class EpisodeRecord:
     """Length of the last assistant turn at the end of ``response`` (rewards grade only that)."""
     regenerations: int = 0
     """Times this sample came back to ``generate`` after an unfinished attempt (partial rollout)."""
+    continuations: int = 0
+    """Times the episode continued where an abort had stopped it (partial rollout), instead of restarting."""
+    turns_saved: int = 0
+    """Generated turns the continuations carried over (not generated again), summed over them."""
+    offpolicy_masked_tokens: int = 0
+    """Generated tokens written before the last continuation that ``--mask-offpolicy-in-partial-rollout``
+    took out of the loss (their loss mask 0)."""
     segments: list[SegmentRecord] = field(default_factory=list)
     """The episode's trajectory segments, in sample order (empty when nothing was generated)."""
     segment: int | None = None
@@ -226,6 +237,8 @@ class EpisodeRecord:
     messages: list[Mapping[str, Any]] = field(default_factory=list, repr=False, compare=False)
     """The agent's conversation (Strands messages, system prompt apart): the agent's view for inspection,
     never the training data (the trajectory is); not saved."""
+    checkpoint: EpisodeCheckpoint | None = field(default=None, repr=False, compare=False)
+    """What an ABORTED episode needs to continue (``slime_strands.resume``); saved apart from the record."""
 
     @property
     def outcome(self) -> Outcome:
@@ -245,6 +258,15 @@ class EpisodeRecord:
     def subagents(self) -> int:
         """Collected sub-agent segments."""
         return sum(s.kind == "subagent" for s in self.segments)
+
+    def carried_generated_tokens(self) -> int:
+        """Generated tokens of the episode's segments written before its last continuation (in memory only:
+        read from the segments' trajectories)."""
+        return sum(
+            sum(s.trajectory.loss_mask[: s.carried_tokens])
+            for s in self.segments
+            if s.trajectory is not None and s.carried_tokens
+        )
 
     @property
     def closes_episode(self) -> bool:
@@ -315,7 +337,7 @@ class EpisodeRecord:
             return None
 
 
-_NOT_SAVED = frozenset({"trajectory", "response", "system_prompt", "messages"})
+_NOT_SAVED = frozenset({"trajectory", "response", "system_prompt", "messages", "checkpoint"})
 _OPTIONAL_STR = frozenset({"error"})
 _OPTIONAL_INT = frozenset({"final_turn_chars", "segment"})
 _SEGMENT_TEXT = frozenset({"kind", "opened_by", "closed_by", "status", "name"})

@@ -8,6 +8,10 @@ Three steps per sample: the slime adapter turns slime's ``args`` / ``Sample`` / 
 :class:`~slime_strands.record.EpisodeRecord`; :func:`~slime_strands.sample_writer.write_sample` turns the
 record into the Sample's fields (``record.OUTCOMES`` says which status, reward and metrics each ending gets).
 
+Partial rollout (``--partial-rollout``): an episode slime's abort stops leaves a checkpoint on its ABORTED
+sample, and when slime hands the sample back ``generate`` continues the episode where it stopped (see
+``slime_strands.partial_rollout``); a sample without one starts from its prompt.
+
 Fan-out: when an episode may produce several samples (``context_management`` compacts its history, or
 ``collect_subagents`` trains its sub-agents), training returns ``list[Sample]``, one per trajectory segment,
 all with the sample's ``rollout_id`` (slime's default: its ``index``), so slime keeps them together for
@@ -18,7 +22,8 @@ answer) on EVERY segment, not divided by their number, because slime's loss alre
 rollout's tokens across its segments (``rollout_mask_sums``): every token of the episode then gets the
 advantage an unsplit episode would get. ``generate`` scores the episode itself so slime's per-segment
 scoring does not grade segments that hold no answer. Evaluation returns one Sample (the last segment): eval
-metrics count one sample per attempt.
+metrics count one sample per attempt. An aborted episode returns its one Sample, a finished one an
+``EpisodeSamples`` (a ``list[Sample]`` slime's partial rollout can also read as one sample).
 
 Errors: a :class:`~slime_strands.errors.ConfigurationError` (bad settings, a tool that does not import, a
 template that fails the probe, slime flags the plugin cannot honour) is RAISED at the first sample: every
@@ -32,11 +37,13 @@ import asyncio
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from .checkpoint import EpisodeCheckpoint
 from .episode import run_episode
 from .errors import ConfigurationError
+from .partial_rollout import EpisodeSamples, save_checkpoint, take_checkpoint
 from .record import EpisodeRecord, RewardRule, Termination
 from .runtime import Runtime
 from .sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
@@ -60,25 +67,36 @@ async def generate(
     """Run one agent episode for ``sample`` and fill its fields; returns ``sample``, or its segments'
     samples when the settings fan out in training (see the module docstring)."""
     started = time.perf_counter()
-    attempts = reset_for_generation(sample)  # a recycled sample starts again from its prompt
+    checkpoint = take_checkpoint(sample)  # a recycled sample continues its episode where it stopped
+    attempts = reset_for_generation(sample)
     runtime = runtime_for(args)
+    if evaluation or not runtime.settings.resume_aborted:
+        checkpoint = None
     fan_out = runtime.settings.fans_out and not evaluation
     if fan_out:
         check_fanout_flags(args)
-    record, contract, tokenizer = await _run(args, runtime, sample, sampling_params, evaluation)
+    record, contract, tokenizer = await _run(args, runtime, sample, sampling_params, evaluation, checkpoint)
     record.regenerations = attempts
     record.wall_time_s = time.perf_counter() - started
+    if contract.mask_offpolicy:
+        record.offpolicy_masked_tokens = record.carried_generated_tokens()
     samples = await _write(args, sample, record, contract, tokenizer, fan_out=fan_out)
-    if not fan_out:
+    save_checkpoint(sample, record)
+    if not fan_out or record.termination is Termination.ABORTED:
         return sample
     rollout_id = getattr(sample, "rollout_id", None)
     for item in samples:
         item.rollout_id = rollout_id if rollout_id is not None else sample.index
-    return samples
+    return EpisodeSamples(samples)
 
 
 async def _run(
-    args: Any, runtime: Runtime, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool
+    args: Any,
+    runtime: Runtime,
+    sample: Any,
+    sampling_params: Mapping[str, Any],
+    evaluation: bool,
+    checkpoint: EpisodeCheckpoint | None,
 ) -> tuple[EpisodeRecord, SampleContract, Any]:
     """The episode's record, the trainer's contract and the tokenizer (None when it could not be had); a
     FAILED record for anything but a configuration error or cancellation."""
@@ -95,7 +113,8 @@ async def _run(
             runtime.settings,
             spec,
             tools=runtime.tools(),
-            should_stop=_abort_flag(state),
+            should_stop=None if state is None else runtime.abort_signal(state),
+            resume=checkpoint,
         )
     except (ConfigurationError, asyncio.CancelledError):
         raise
@@ -123,11 +142,6 @@ async def _write(
         logger.exception("slime-strands: writing sample %s failed", getattr(sample, "index", "?"))
         _rewrite_failed(sample, record, contract, tokenizer, f"{type(exc).__name__}: {exc}")
         return [sample]
-
-
-def _abort_flag(state: Any) -> Callable[[], bool] | None:
-    """slime's abort flag (``GenerateState.aborted``), checked between turns; None without slime."""
-    return (lambda: bool(state.aborted)) if state is not None else None
 
 
 async def _scored_segments(

@@ -24,6 +24,7 @@ from strands.types.tools import AgentTool
 from .chat import ChatRenderer
 from .client import SGLangClient
 from .errors import ConfigurationError
+from .resume import AbortSignal
 from .settings import PluginSettings
 
 __all__ = ["Runtime", "import_tools", "raise_gc_threshold"]
@@ -52,6 +53,7 @@ class Runtime:
         self._tools: list[Any] | None = None
         self._checked_templates: set[str] = set()
         self._isolation_checked = False
+        self._abort: tuple[Any, AbortSignal] | None = None
 
     def __repr__(self) -> str:
         return f"Runtime({self.client!r}, tokenizer={self._tokenizer_path!r})"
@@ -81,6 +83,13 @@ class Runtime:
                     ) from exc
                 self._loaded_tokenizers[path] = tokenizer
             self._tokenizer = tokenizer
+
+    def abort_signal(self, state: Any) -> AbortSignal:
+        """slime's abort flag (``state.aborted``, ``state`` its GenerateState) as one AbortSignal for every
+        episode: one poller watches it for all the tool calls running when slime aborts."""
+        if self._abort is None or self._abort[0] is not state:
+            self._abort = (state, AbortSignal(lambda: bool(state.aborted)))
+        return self._abort[1]
 
     def tools(self) -> list[Any]:
         """The configured tools, imported once (see :func:`import_tools`)."""

@@ -56,14 +56,18 @@ class SampleContract:
     """``--sglang-speculative-algorithm``: ``spec_info`` accumulates each turn's stats."""
     reward_key: str | None = None
     """``--reward-key`` (``--eval-reward-key`` in eval): a fixed reward must be a dict with this key."""
+    mask_offpolicy: bool = False
+    """``--partial-rollout --mask-offpolicy-in-partial-rollout``: tokens written before the episode's last
+    continuation (``SegmentRecord.carried_tokens``) get loss mask 0, their logprobs kept (as slime masks)."""
 
 
 def reset_for_generation(sample: Any) -> int:
     """Give a sample coming (back) to ``generate`` a clean slate; returns how many attempts came before.
 
     slime re-queues whole groups (partial rollout, fully async) and regenerates every sample that is not
-    COMPLETED / TRUNCATED; its reward is computed only when None. The plugin always regenerates from the
-    prompt, so everything a previous attempt left (tokens, masks, replay data, a FAILED sample's reward and
+    COMPLETED / TRUNCATED; its reward is computed only when None. The sample is written again from the
+    episode's record (an episode continued from its checkpoint, ``slime_strands.partial_rollout``, or started
+    again), so everything a previous attempt left (tokens, masks, replay data, a FAILED sample's reward and
     ``remove_sample``, counters) is reset.
     """
     previous = EpisodeRecord.of(sample)
@@ -102,8 +106,9 @@ def write_sample(sample: Any, record: EpisodeRecord, contract: SampleContract, t
         record = record.for_segment(len(record.segments) - 1)
     if record.trajectory is not None and record.termination is not Termination.FAILED:
         trains = record.outcome.trains
+        carried = record.segments[-1].carried_tokens if record.segments else 0
         try:
-            _write_trajectory(sample, record.trajectory, contract if trains else None)
+            _write_trajectory(sample, record.trajectory, contract if trains else None, carried)
         except ReplayError as exc:
             _fail(sample, record, exc)
         else:
@@ -127,7 +132,7 @@ def write_samples(sample: Any, record: EpisodeRecord, contract: SampleContract, 
     try:
         for target, segment in zip(samples, record.segments, strict=True):
             assert segment.trajectory is not None
-            _write_trajectory(target, segment.trajectory, contract)
+            _write_trajectory(target, segment.trajectory, contract, segment.carried_tokens)
     except ReplayError as exc:  # the FAILED layout resets what the appender touched
         _fail(sample, record, exc)
         write_sample(sample, record, contract, tokenizer)
@@ -159,17 +164,22 @@ def _label(sample: Any, record: EpisodeRecord, status: str, contract: SampleCont
 # -- successful (or aborted) trajectories ------------------------------------------------------------
 
 
-def _write_trajectory(sample: Any, tm: TokenManager, contract: SampleContract | None) -> None:
+def _write_trajectory(
+    sample: Any, tm: TokenManager, contract: SampleContract | None, carried: int = 0
+) -> None:
     """Append every segment after the prompt as slime's appender would; ``contract`` None (an aborted
-    sample slime never trains) writes tokens, mask and logprobs only."""
+    sample slime never trains) writes tokens, mask and logprobs only. Under ``contract.mask_offpolicy`` the
+    generated tokens before position ``carried`` (an older policy's) get loss mask 0."""
     ids, logprobs = tm.token_ids, tm.logprobs
     appender = _Appender(sample, ids[: tm.prompt_length], contract)
+    masked_until = carried if contract is not None and contract.mask_offpolicy else 0
     turn = 0
     for segment in tm.segments[1:]:
         if segment.kind == "generated":
             turn += 1
             meta = segment.info.meta_info if segment.info is not None and contract is not None else None
-            appender.model_turn(turn, segment.token_ids, logprobs[segment.start : segment.end], meta)
+            masked = max(0, min(len(segment), masked_until - segment.start))
+            appender.model_turn(turn, segment.token_ids, logprobs[segment.start : segment.end], meta, masked)
         else:
             appender.other_tokens(segment.token_ids)
     appender.finish()
@@ -189,10 +199,17 @@ class _Appender:
         self.experts: np.ndarray | None = None
 
     def model_turn(
-        self, turn: int, token_ids: Sequence[int], logprobs: Sequence[float], meta: Mapping[str, Any] | None
+        self,
+        turn: int,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        meta: Mapping[str, Any] | None,
+        masked: int = 0,
     ) -> None:
+        """One server answer: trainable (its first ``masked`` tokens not: an older policy's), with its
+        logprobs and its meta_info's replay data."""
         self.tokens += token_ids
-        self.loss_mask += [1] * len(token_ids)
+        self.loss_mask += [0] * masked + [1] * (len(token_ids) - masked)
         self.logprobs += logprobs
         if meta is None:
             return
@@ -240,6 +257,9 @@ class _Appender:
         flat = _int32_array(meta, ("routed_experts",))
         routing = self.contract.routing if self.contract is not None else None
         if flat is None:
+            finish = meta.get("finish_reason")
+            if isinstance(finish, Mapping) and finish.get("type") == "abort":
+                return  # an answer an abort cut may come without rows: its continuation brings them
             if routing is not None:
                 raise ReplayError(
                     f"routing replay is on (--use-rollout-routing-replay) but turn {turn} came back without "

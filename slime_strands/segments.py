@@ -12,15 +12,16 @@ tools find it in Strands' ``invocation_state`` under :data:`SEGMENTS_KEY`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
+from .checkpoint import SegmentCheckpoint, TrajectoryCheckpoint
+from .model import SGLangModel
+from .model_stats import ModelStats
 from .record import OUTCOMES, SegmentRecord, Termination
 from .token_manager import TokenManager
-
-if TYPE_CHECKING:
-    from .model import SGLangModel
 
 __all__ = ["SEGMENTS_KEY", "EpisodeSegments"]
 
@@ -29,15 +30,21 @@ SEGMENTS_KEY = "slime_strands_segments"
 
 
 class EpisodeSegments:
-    """Closed segments of one episode, in closing order, and the sub-agent models whose counters count."""
+    """Closed segments of one episode, in closing order, and the collected sub-agents' counters."""
 
     def __init__(self, *, collect_subagents: bool) -> None:
         self.collect_subagents = collect_subagents
-        self.subagent_models: list[SGLangModel] = []
-        """Models of the collected sub-agents (their turns and token counters add to the episode's)."""
+        self.subagent_stats: list[ModelStats] = []
+        """Counters of the collected sub-agents' models (their turns and token counters add to the episode's)."""
         self._closed: list[SegmentRecord] = []
         self._main: list[TokenManager] = []  # the main agent's closed segments, for tokens_saved
         self._opened_by = "prompt"
+        self._carried: dict[int, int] = {}  # id(trajectory) -> its tokens from before the last continuation
+
+    @property
+    def opened_by(self) -> str:
+        """How the main agent's current segment was opened (``prompt`` or a compaction strategy)."""
+        return self._opened_by
 
     @property
     def compactions(self) -> int:
@@ -55,7 +62,7 @@ class EpisodeSegments:
         outcome = OUTCOMES[termination]
         if not self.collect_subagents or not outcome.trains or not model.token_manager.response_length:
             return
-        self.subagent_models.append(model)
+        self.subagent_stats.append(model.stats)
         self._closed.append(
             _segment(
                 "subagent", model.token_manager, "subagent", termination.value, outcome.status, name=name
@@ -69,7 +76,11 @@ class EpisodeSegments:
         segments = [*self._closed, last]
         saved = self._tokens_saved(trajectory)
         return [
-            dataclasses.replace(s, tokens_saved=saved.get(id(s.trajectory), 0))
+            dataclasses.replace(
+                s,
+                tokens_saved=saved.get(id(s.trajectory), 0),
+                carried_tokens=self._carried.get(id(s.trajectory), 0),
+            )
             for s in segments
             if s.response_length > 0
         ]
@@ -83,6 +94,40 @@ class EpisodeSegments:
             if after.prompt_length
         }
 
+    # -- partial rollout ------------------------------------------------------------------------------
+
+    def checkpoint(self) -> tuple[SegmentCheckpoint, ...]:
+        """The closed segments as a checkpoint saves them."""
+        out = []
+        for s in self._closed:
+            assert s.trajectory is not None
+            out.append(
+                SegmentCheckpoint(
+                    s.kind, s.opened_by, s.closed_by, s.status, s.name, TrajectoryCheckpoint.of(s.trajectory)
+                )
+            )
+        return tuple(out)
+
+    def restore(
+        self,
+        closed: Sequence[tuple[SegmentCheckpoint, TokenManager]],
+        opened_by: str,
+        subagents: Sequence[ModelStats],
+        *,
+        open_trajectory: TokenManager,
+    ) -> None:
+        """Continue from a checkpoint: its closed segments (with their rebuilt trajectories) are closed here
+        too, and every token they and ``open_trajectory`` hold was written before this continuation."""
+        for saved, tm in closed:
+            self._closed.append(
+                _segment(saved.kind, tm, saved.opened_by, saved.closed_by, saved.status, name=saved.name)
+            )
+            if saved.kind == "main":
+                self._main.append(tm)
+        self._opened_by = opened_by
+        self.subagent_stats = [copy.deepcopy(s) for s in subagents]
+        self._carried = {id(tm): len(tm) for tm in [*(tm for _, tm in closed), open_trajectory]}
+
 
 def _segment(
     kind: str, tm: TokenManager, opened_by: str, closed_by: str, status: str, *, name: str = ""
@@ -95,7 +140,7 @@ def _segment(
         prompt_length=tm.prompt_length,
         response_length=tm.response_length,
         generated_tokens=tm.generated_length,
-        turns=len(tm.turns),
+        turns=tm.turn_count,
         name=name,
         trajectory=tm,
     )

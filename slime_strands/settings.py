@@ -264,6 +264,10 @@ class PluginSettings:
     collect_subagents: bool = False
     """Train sub-agents run by tools built with ``slime_strands.subagents.subagent_tool``: each sub-agent's
     trajectory becomes a sibling sample of the episode (``generate`` then returns ``list[Sample]``)."""
+    resume_aborted: bool = True
+    """slime's ``--partial-rollout``: an episode the abort stopped continues where it stopped when slime hands
+    its sample back (its conversation, token trajectory, the turn it was generating and its counters are
+    kept on the sample); false starts it again from the prompt."""
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
     """SGLang sampling params sent with every turn (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``,
     ``top_k``, ``min_p``, ``stop``, ``logit_bias``, ...; keys SGLang does not accept are refused, naming the

@@ -15,6 +15,7 @@ from typing import Any
 from .client import SGLangClient
 from .episode import EpisodeSpec
 from .errors import ConfigurationError
+from .partial_rollout import offpolicy_masking
 from .reward_norm import CENTERED_ESTIMATORS
 from .runtime import Runtime
 from .sample_writer import SampleContract
@@ -115,16 +116,12 @@ def _check_flags(args: Any) -> None:
 def check_fanout_flags(args: Any) -> None:
     """Raise ConfigurationError for slime flags that cannot take ``list[Sample]`` from generate (fan-out).
 
-    slime main reads each member of a group as a ``Sample`` in ``--partial-rollout`` (aborted groups go back
-    to the buffer) and ``--group-rm`` (the group is scored as samples); its default reward normalisation
+    slime main scores a group's members as samples under ``--group-rm``; its default reward normalisation
     groups rewards by position and, with more samples than ``rollout_batch_size x n_samples_per_prompt``,
-    normalises the whole batch as ONE group.
+    normalises the whole batch as ONE group. (``--partial-rollout`` reads each member of an aborted group as a
+    Sample: a fanned-out episode answers as one, see ``slime_strands.partial_rollout``.)
     """
     problems = []
-    if _arg(args, "partial_rollout"):
-        problems.append(
-            "--partial-rollout (slime re-queues aborted groups and reads their members as Samples)"
-        )
     if _arg(args, "group_rm"):
         problems.append("--group-rm (slime scores a group's members as Samples)")
     if (
@@ -193,6 +190,7 @@ def sample_contract(args: Any, sampling_params: Mapping[str, Any], evaluation: b
         top_p=top_p,
         speculative=bool(_arg(args, "sglang_speculative_algorithm")),
         reward_key=_arg(args, "reward_key"),
+        mask_offpolicy=offpolicy_masking(args),
     )
 
 

@@ -12,11 +12,11 @@ element by element by every full collection, for every live trajectory of the pr
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Segment", "SegmentKind", "TokenManager", "TurnInfo"]
+__all__ = ["Segment", "SegmentKind", "TokenManager", "TurnInfo", "count_turns"]
 
 SegmentKind = Literal["prompt", "generated", "observation"]
 
@@ -164,5 +164,20 @@ class TokenManager:
         return [s.info for s in self._segments if s.kind == "generated" and s.info is not None]
 
     @property
+    def turn_count(self) -> int:
+        """Generated turns (see :func:`count_turns`)."""
+        return count_turns(s.kind for s in self._segments)
+
+    @property
     def last_segment(self) -> Segment | None:
         return self._segments[-1] if self._segments else None
+
+
+def count_turns(kinds: Iterable[SegmentKind]) -> int:
+    """Generated turns in a trajectory of segments of these kinds: runs of consecutive generated segments
+    (a turn an abort cut and its continuation are two server answers, one turn)."""
+    turns, previous = 0, None
+    for kind in kinds:
+        turns += kind == "generated" and previous != "generated"
+        previous = kind
+    return turns

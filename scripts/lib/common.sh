@@ -121,6 +121,12 @@ ss_defaults() {
     : "${ROLLOUT_GPUS_PER_ENGINE:=2}"
     : "${SGLANG_MEM_FRACTION:=0.4}"
     : "${EXTRA_TRAIN_ARGS:=}"
+    # Partial rollout: PARTIAL_ROLLOUT=1 over-samples (OVER_SAMPLING_BATCH_SIZE groups in flight, default
+    # 1.5x ROLLOUT_BATCH_SIZE), aborts the slowest episodes once the batch is full and continues them at the
+    # next step where they stopped; MASK_OFFPOLICY=1 takes what an older policy wrote out of the loss.
+    : "${PARTIAL_ROLLOUT:=0}"
+    : "${OVER_SAMPLING_BATCH_SIZE:=}"
+    : "${MASK_OFFPOLICY:=0}"
     # Checkpoint helpers.
     : "${CONVERT_NPROC:=1}"
     : "${CKPT_DIR:=${SAVE_DIR}}"
@@ -487,6 +493,11 @@ ss_build_train_args() { # eval_config_path
         --n-samples-per-prompt "${N_SAMPLES_PER_PROMPT}" --rollout-max-response-len "${MAX_RESPONSE_LEN}"
         --rollout-temperature "${ROLLOUT_TEMPERATURE}" --global-batch-size "${GLOBAL_BATCH_SIZE}" --balance-data)
     [ -n "${MAX_CONTEXT_LEN}" ] && rollout+=(--rollout-max-context-len "${MAX_CONTEXT_LEN}")
+    if [ "${PARTIAL_ROLLOUT}" = 1 ]; then
+        rollout+=(--partial-rollout
+            --over-sampling-batch-size "${OVER_SAMPLING_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * 3 / 2))}")
+        [ "${MASK_OFFPOLICY}" = 1 ] && rollout+=(--mask-offpolicy-in-partial-rollout)
+    fi
     local eval=(--eval-interval "${EVAL_INTERVAL}" --eval-config "${eval_config}")
     local perf=(--tensor-model-parallel-size "${TP_SIZE}" --sequence-parallel --pipeline-model-parallel-size 1
         --context-parallel-size 1 --expert-model-parallel-size 1 --expert-tensor-parallel-size 1

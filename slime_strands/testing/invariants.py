@@ -93,8 +93,11 @@ def assert_trajectory_invariants(
             )
 
 
-def assert_sample_invariants(sample: Any, tm: TokenManager | None = None) -> None:
-    """Invariant 5 (slime's view): lengths, response slice, and agreement with the TokenManager if given."""
+def assert_sample_invariants(sample: Any, tm: TokenManager | None = None, *, masked_before: int = 0) -> None:
+    """Invariant 5 (slime's view): lengths, response slice, and agreement with the TokenManager if given.
+
+    ``masked_before``: response positions an older policy wrote before a continuation that
+    ``--mask-offpolicy-in-partial-rollout`` took out of the loss (loss mask 0, logprobs kept as sampled)."""
     n = sample.response_length
     assert len(sample.tokens) >= n, "response_length exceeds tokens"
     assert len(sample.loss_mask) == n, f"len(loss_mask)={len(sample.loss_mask)} != response_length={n}"
@@ -102,33 +105,32 @@ def assert_sample_invariants(sample: Any, tm: TokenManager | None = None) -> Non
         f"len(rollout_log_probs)={len(sample.rollout_log_probs)} != {n}"
     )
     assert all(m in (0, 1) for m in sample.loss_mask), "loss_mask values must be 0/1"
-    for m, lp in zip(sample.loss_mask, sample.rollout_log_probs, strict=True):
-        assert m == 1 or lp == 0.0, "masked positions must carry logprob 0.0"
+    for i, (m, lp) in enumerate(zip(sample.loss_mask, sample.rollout_log_probs, strict=True)):
+        assert m == 1 or lp == 0.0 or i < masked_before, "masked positions must carry logprob 0.0"
     if tm is not None and len(tm):
         prompt_len = tm.prompt_length
         assert sample.tokens == tm.token_ids, "sample.tokens != trajectory"
         assert len(sample.tokens) == prompt_len + n, "len(tokens) != prompt_len + response_length"
-        assert sample.loss_mask == tm.loss_mask[prompt_len:], "loss_mask != trajectory mask after the prompt"
+        expected = tm.loss_mask[prompt_len:]
+        expected[:masked_before] = [0] * min(masked_before, len(expected))
+        assert sample.loss_mask == expected, "loss_mask != trajectory mask after the prompt"
         assert sample.rollout_log_probs == tm.logprobs[prompt_len:], (
             "rollout_log_probs != trajectory logprobs"
         )
 
 
 def _kept(requests: Sequence[RecordedRequest], server: SGLangTestServer | None) -> list[RecordedRequest]:
-    """The requests whose answers are in the trajectory: an answer the server aborted on its own is dropped
-    when the client sent the same input again (a retried turn)."""
+    """The requests whose answers can be in the trajectory: one whose input the client sent again later was
+    superseded (a turn the server aborted on its own and was retried, or a sub-agent whose tool call slime's
+    abort killed and that ran again when its episode continued)."""
     kept = []
     for i, request in enumerate(requests):
-        meta = (
-            server.meta_infos.get(request.body.get("rid"), {}) if server is not None and request.body else {}
-        )
-        retried = any(
+        sent_again = any(
             later.body and later.body.get("input_ids") == request.body.get("input_ids")
             for later in requests[i + 1 :]
         )
-        if (meta.get("finish_reason") or {}).get("type") == "abort" and retried:
-            continue
-        kept.append(request)
+        if not sent_again:
+            kept.append(request)
     return kept
 
 
@@ -147,21 +149,30 @@ def _answer_for(
 
 
 def assert_sample_matches_server(
-    sample: Any, server: SGLangTestServer, *, routing_key: str | None = None
+    sample: Any,
+    server: SGLangTestServer,
+    *,
+    routing_key: str | None = None,
+    masked_before: int = 0,
+    requests: Sequence[RecordedRequest] | None = None,
 ) -> None:
     """Invariants 1-3 and 5-6 from slime's side: rebuild the expected mask and logprobs from what the server
-    saw and answered, and compare with the Sample (for rollouts whose TokenManager is not at hand)."""
-    assert_sample_invariants(sample)
+    saw and answered, and compare with the Sample (for rollouts whose TokenManager is not at hand). A sample
+    continued after an abort is checked across the seam (the turn the abort cut is two answers);
+    ``masked_before`` as in :func:`assert_sample_invariants`; ``requests``: the sample's own requests, when
+    the routing key's requests hold several samples (an episode's trajectory segments)."""
+    assert_sample_invariants(sample, masked_before=masked_before)
     tokens = list(sample.tokens)
     prompt_len = len(tokens) - sample.response_length
     expected_mask = [0] * len(tokens)
     expected_lps = [0.0] * len(tokens)
     last_end = prompt_len
-    requests = [
-        r
-        for r in server.generate_requests
-        if routing_key is None or r.headers.get("x-smg-routing-key") == routing_key
-    ]
+    if requests is None:
+        requests = [
+            r
+            for r in server.generate_requests
+            if routing_key is None or r.headers.get("x-smg-routing-key") == routing_key
+        ]
     for request in _kept(requests, server):
         answer = server.answers.get(request.body.get("rid"))
         if answer is None:
@@ -175,6 +186,7 @@ def assert_sample_matches_server(
         expected_mask[start : start + len(out_ids)] = [1] * len(out_ids)
         expected_lps[start : start + len(out_ids)] = out_lps
         last_end = start + len(out_ids)
+    expected_mask[prompt_len : prompt_len + masked_before] = [0] * masked_before
     assert sample.loss_mask == expected_mask[prompt_len:], (
         "loss_mask is not 1 exactly on server-generated tokens"
     )

@@ -671,6 +671,10 @@ class SGLangTestServer:
             if self.report_window:
                 card["max_model_len"] = self.context_length
             return 200, {"object": "list", "data": [card]}
+        if path == "/workers":
+            # the router's worker list (sglang-router / SMG): slime's abort() aborts each worker it lists
+            worker = {"url": self.base_url, "worker_type": "regular", "is_healthy": True}
+            return 200, {"workers": [worker], "total": 1}
         return 404, {"detail": "Not Found"}
 
 

@@ -104,9 +104,11 @@ async def test_an_abort_during_a_paused_round_ends_the_episode_before_the_next_m
         tool_rounds_per_invocation=3,
     )
     assert record.termination is Termination.ABORTED
-    # The pause ends the first invocation; the second one is refused at its first model call.
-    assert (calls, invocations, record.turns) == (3, 2, 3)
+    # The third round's call ended once the abort had begun: it is dropped (it runs again when the episode
+    # continues) and the abort guard ends the loop there, before the pause could start another invocation.
+    assert (calls, invocations, record.turns) == (3, 1, 3)
     assert len(server.generate_requests) == 3
+    assert record.checkpoint is not None and record.checkpoint.tools.tool_iters == 2
 
 
 async def test_strands_stop_tool_on_a_pause_round_ends_the_episode(server, tokenizer):

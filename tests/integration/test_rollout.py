@@ -198,11 +198,14 @@ async def test_slime_abort_of_a_running_request_is_aborted_not_retried(server, m
     assert len(session_requests(server, sample)) == 1
 
 
-async def test_partial_rollout_regenerates_from_prompt(server, monkeypatch, tokenizer):
+async def test_partial_rollout_regenerates_from_prompt_when_asked(server, monkeypatch, tokenizer):
+    """``resume_aborted: false``: a recycled sample starts again from its prompt (the default continues it:
+    tests/integration/test_partial_rollout.py)."""
     state = install_generate_state(monkeypatch, tokenizer)
     ABORT_FLAG["state"] = state
     sample = new_sample()
-    args = make_args(server, partial_rollout=True, strands={"tools": ["rollout_tools.abort_now"]})
+    strands = {"tools": ["rollout_tools.abort_now"], "resume_aborted": False}
+    args = make_args(server, partial_rollout=True, strands=strands)
     call = '<tool_call>\n{"name": "abort_now", "arguments": {"reason": "x"}}\n</tool_call>'
     out = await run(server, args, sample, call)
     assert out.status == Sample.Status.ABORTED and out.response_length > 0

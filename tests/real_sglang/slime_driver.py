@@ -6,9 +6,14 @@ slime's rollout module imports packages the project's tests do not install (ray,
 The test process itself never imports slime (its ``Sample`` and singletons would leak into other tests).
 
 Input (stdin, JSON): ``base_url``, ``tokenizer`` (slime's ``--hf-checkpoint``), ``strands`` (the plugin
-settings), ``jobs``: ``[{"session_id", "prompt", "label", "sampling_params", "abort"}]``. A job with ``abort``
-is aborted the way slime's ``abort()`` does it once the server runs it: ``GenerateState.aborted = True``, then
-``abort_servers_until_idle`` (``/abort_request`` with ``abort_all``, until ``/v1/loads`` says idle).
+settings), ``slime`` (optional: slime args to set, e.g. ``partial_rollout``), ``jobs``:
+``[{"session_id", "prompt", "label", "sampling_params", "abort", "abort_file", "continue"}]``. A job with
+``abort`` is aborted the way slime's ``abort()`` does it once the server runs it: ``GenerateState.aborted =
+True``, then ``abort_servers_until_idle`` (``/abort_request`` with ``abort_all``, until ``/v1/loads`` says
+idle); with ``abort_file`` instead, once that file exists (the test decides the moment). A job with
+``continue`` then goes on as slime's next rollout step hands the sample back (``--partial-rollout``): the
+aborted sample, through a pickle round trip (slime's buffer and a Ray hop), into ``generate_and_rm`` again;
+both the aborted and the continued sample are printed.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import sys
 import types
 from typing import Any
@@ -30,10 +36,12 @@ from slime.utils.types import Sample
 _WAIT_S = 180.0
 
 
-def slime_args(base_url: str, tokenizer: str, strands: dict[str, Any]) -> types.SimpleNamespace:
+def slime_args(
+    base_url: str, tokenizer: str, strands: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> types.SimpleNamespace:
     """What ``GenerateState``, ``generate_and_rm``, ``async_rm`` and the plugin read of slime's args."""
     host, port = base_url.removeprefix("http://").split(":")
-    return types.SimpleNamespace(
+    args = types.SimpleNamespace(
         sglang_router_ip=host,
         sglang_router_port=int(port),
         hf_checkpoint=tokenizer,
@@ -69,6 +77,8 @@ def slime_args(base_url: str, tokenizer: str, strands: dict[str, Any]) -> types.
         ci_test=False,
         use_distributed_post=False,
     )
+    vars(args).update(overrides or {})
+    return args
 
 
 async def _abort_when_running(args: Any, base_url: str) -> None:
@@ -77,6 +87,19 @@ async def _abort_when_running(args: Any, base_url: str) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError("the sample's turn never ran")
         await asyncio.sleep(0.1)  # polling the server's load report, bounded above
+    await _abort(args, base_url)
+
+
+async def _abort_when_told(args: Any, base_url: str, path: str, task: asyncio.Task[Any]) -> None:
+    deadline = asyncio.get_running_loop().time() + _WAIT_S
+    while not os.path.exists(path):
+        if task.done() or asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"no abort asked ({path}) while the sample ran")
+        await asyncio.sleep(0.02)  # polling for the test's file, bounded above
+    await _abort(args, base_url)
+
+
+async def _abort(args: Any, base_url: str) -> None:
     GenerateState(args).aborted = True  # slime's abort(): the flag, then every server until idle
     await abort_servers_until_idle([base_url])
 
@@ -97,18 +120,24 @@ def _summary(sample: Any) -> dict[str, Any]:
 
 
 async def main(request: dict[str, Any]) -> dict[str, Any]:
-    args = slime_args(request["base_url"], request["tokenizer"], request["strands"])
+    base_url = request["base_url"]
+    args = slime_args(base_url, request["tokenizer"], request["strands"], request.get("slime"))
     init_http_client(args)
     results = []
     for job in request["jobs"]:
         sample = Sample(prompt=job["prompt"], label=job["label"], session_id=job["session_id"])
-        task = asyncio.create_task(
-            generate_and_rm(args, sample, dict(job["sampling_params"]), evaluation=False)
-        )
+        params = dict(job["sampling_params"])
+        task = asyncio.create_task(generate_and_rm(args, sample, params, evaluation=False))
         if job.get("abort"):
-            await _abort_when_running(args, request["base_url"])
+            await _abort_when_running(args, base_url)
+        elif job.get("abort_file"):
+            await _abort_when_told(args, base_url, job["abort_file"], task)
         results.append(_summary(await task))
         GenerateState(args).reset()
+        if job.get("continue"):  # slime's next step: the sample from its buffer, through a Ray hop
+            again = pickle.loads(pickle.dumps(sample))
+            results.append(_summary(await generate_and_rm(args, again, params, evaluation=False)))
+            GenerateState(args).reset()
     return {"samples": results}
 
 

@@ -4,20 +4,12 @@ GenerateState, its custom-generate dispatch, its reward step and its abort, in a
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import types
 import uuid
 
 import pytest
-from conftest import qwen3_tokenizer_path
 
 from real_sglang.real_helpers import ANSWER, CALL_ADD, TEST_TOOLS, literal
-from real_sglang.recording_proxy import RecordingProxy
-from real_sglang.server_process import REPO
-from real_sglang.server_setup import slime_paths
+from real_sglang.slime_runner import run_slime
 from slime_strands.testing.invariants import assert_sample_matches_server
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
@@ -36,34 +28,6 @@ SLIME_PARAMS = {  # what slime's GenerateState builds (temperature 0 here), plus
 STRANDS = {"tools": list(TEST_TOOLS), "max_tool_iters": 1, "retry_delay_s": 0.05, "max_retries": 3}
 
 
-def run_slime(proxy: RecordingProxy, jobs: list[dict]) -> list[types.SimpleNamespace]:
-    source, deps = slime_paths()
-    tests = REPO / "tests"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(tests), str(source)]),
-        "SLIME_STRANDS_SLIME_DEPS": str(deps),
-    }
-    request = {
-        "base_url": proxy.base_url,
-        "tokenizer": qwen3_tokenizer_path(),
-        "strands": STRANDS,
-        "jobs": jobs,
-    }
-    out = subprocess.run(
-        [sys.executable, "-m", "real_sglang.slime_driver"],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tests,
-        timeout=540,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    return [types.SimpleNamespace(**s) for s in json.loads(out.stdout.strip().splitlines()[-1])["samples"]]
-
-
 def job(regex: str | None = None, **extra) -> dict:
     params = {**SLIME_PARAMS, **({"regex": regex} if regex else {}), **extra.pop("params", {})}
     return {
@@ -77,7 +41,7 @@ def job(regex: str | None = None, **extra) -> dict:
 
 def test_generate_and_rm_runs_the_agent_and_scores_it(proxy):
     answer, tool = job(literal(ANSWER)), job(literal(CALL_ADD))
-    done, truncated = run_slime(proxy, [answer, tool])
+    done, truncated = run_slime(proxy, [answer, tool], STRANDS)
     assert (done.status, done.reward) == ("COMPLETED", 1.0), done.metadata
     assert truncated.status == "TRUNCATED" and truncated.reward < 0, truncated.metadata
     assert truncated.metadata["strands"]["termination"] == "tool_limit"
@@ -90,9 +54,11 @@ def test_generate_and_rm_runs_the_agent_and_scores_it(proxy):
 
 def test_slimes_abort_through_generate_and_rm(proxy):
     long_turn = job(params={"ignore_eos": True, "max_new_tokens": 900}, abort=True)
-    (sample,) = run_slime(proxy, [long_turn])
+    (sample,) = run_slime(proxy, [long_turn], STRANDS)
     assert (sample.status, sample.reward) == ("ABORTED", None), sample.metadata
     aborts = [e.body for e in proxy.exchanges if e.path == "/abort_request"]
-    assert aborts and all(body == {"abort_all": True} for body in aborts)
+    assert {"abort_all": True} in aborts, "slime's abort of every server"
     (exchange,) = proxy.generations(sample.session_id)
     assert exchange.finish_type == "abort"
+    # the plugin aborts its own request too, the moment the flag is up: by its exact id, nothing else
+    assert all(body == {"abort_all": True} or body == {"rid": exchange.rid} for body in aborts), aborts

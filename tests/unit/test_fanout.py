@@ -139,6 +139,7 @@ def test_segments_round_trip_and_sum_up():
         "tokens_saved": 300,
         "name": "",
         "final_turn_chars": 7,
+        "carried_tokens": 0,
     }
     assert EpisodeRecord.from_metadata(data) == record
     assert (record.compactions, record.tokens_saved, record.subagents) == (1, 300, 1)
@@ -361,10 +362,14 @@ def test_slime_flags_that_cannot_take_lists():
     )
     check_fanout_flags(flags(advantage_estimator="ppo"))  # nothing normalised per group
     check_fanout_flags(flags(rewards_normalization=False))
+    norm = {"custom_reward_post_process_path": "slime_strands.reward_norm.post_process_rewards"}
+    check_fanout_flags(flags(partial_rollout=True, mask_offpolicy_in_partial_rollout=True, **norm))
     with pytest.raises(ConfigurationError) as info:
         check_fanout_flags(flags(partial_rollout=True, group_rm=True))
     text = str(info.value)
-    assert "--partial-rollout" in text and "--group-rm" in text
+    assert "--group-rm" in text and "--partial-rollout" not in text, (
+        "partial rollout takes fanned-out episodes"
+    )
     assert "--custom-reward-post-process-path slime_strands.reward_norm.post_process_rewards" in text
 
 

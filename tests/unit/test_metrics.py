@@ -171,7 +171,8 @@ CALL_ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_
 AGGREGATED = {
     "termination", "turns", "tool_iters", "tool_calls", "tool_errors", "parse_errors", "tool_time_s",
     "generation_time_s", "client_overhead_s", "prompt_tokens", "cached_tokens", "tool_outputs_truncated",
-    "response_tokens", "generated_tokens", "wall_time_s", "regenerations", "segments",
+    "response_tokens", "generated_tokens", "wall_time_s", "regenerations", "segments", "continuations",
+    "turns_saved", "offpolicy_masked_tokens",
 }  # fmt: skip
 NOT_AGGREGATED = {"evaluation", "error", "final_turn_chars", "segment"}
 DISTRIBUTIONS = (

@@ -259,10 +259,11 @@ def test_every_rollout_metric_key_is_logged():
         SegmentRecord("main", "prompt", "compaction", "COMPLETED", 10, 5, 4, 1),
         SegmentRecord("main", "summarize", "end_turn", "COMPLETED", 8, 5, 4, 1, tokens_saved=7),
     ]
+    # continued once: partial rollout's per-continuation keys are logged too
     record = EpisodeRecord(
         Termination.END_TURN, turns=2, tool_calls=1, tool_iters=1, tool_errors=1, parse_errors={"bad_json": 1},
         prompt_tokens=20, cached_tokens=10, response_tokens=10, generated_tokens=8, regenerations=1,
-        segments=segments, segment=1,
+        segments=segments, segment=1, continuations=1, turns_saved=1,
     )  # fmt: skip
     sample = Sample(status=Sample.Status.COMPLETED, metadata={"strands": record.to_metadata()})
     logged = set(aggregate([sample]))

@@ -362,6 +362,29 @@ def test_env_overrides_take_effect(sandbox):
     assert args[-5:] == ["--rollout-top-p", "0.9", "--skip-eval-before-train", "--eval-interval", "5"]
 
 
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, []),
+        ({"PARTIAL_ROLLOUT": "1"}, ["--partial-rollout", "--over-sampling-batch-size", "24"]),
+        (
+            {"PARTIAL_ROLLOUT": "1", "OVER_SAMPLING_BATCH_SIZE": "32", "MASK_OFFPOLICY": "1"},
+            ["--partial-rollout", "--over-sampling-batch-size", "32", "--mask-offpolicy-in-partial-rollout"],
+        ),
+        ({"MASK_OFFPOLICY": "1"}, []),  # masking means nothing without partial rollout
+    ],
+)
+def test_partial_rollout_is_one_switch(sandbox, env, expected):
+    result = run(MODEL_SCRIPTS["8b"], sandbox["env"], DRY_RUN="1", **env)
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout)
+    flags = ("--partial-rollout", "--over-sampling-batch-size", "--mask-offpolicy-in-partial-rollout")
+    found = [
+        a for i, a in enumerate(args) if a in flags or (i and args[i - 1] == "--over-sampling-batch-size")
+    ]
+    assert found == expected
+
+
 def test_rotary_base_follows_the_checkpoint(sandbox):
     # Qwen3-4B-Instruct-2507 uses rope_theta 5e6: read from config.json, not the model file's 1e6.
     complete_inputs(sandbox, "Qwen3-4B-Instruct-2507", {"rope_theta": 5000000.0})
