@@ -9,7 +9,9 @@ slime's entry points live in ``slime_strands.rollout`` (generate), ``slime_stran
 ``slime_strands.metrics``; they import slime lazily (it is not on PyPI).
 """
 
-from .client import (
+from .agent.limits import ToolIterationLimiter, ToolLimiter
+from .errors import ConfigurationError, SlimeStrandsError
+from .provider.client import (
     GenerateResult,
     SGLangAbortError,
     SGLangClient,
@@ -20,10 +22,8 @@ from .client import (
     SGLangProtocolError,
     SGLangTimeoutError,
 )
-from .errors import ConfigurationError, SlimeStrandsError
-from .limits import ToolIterationLimiter, ToolLimiter
-from .model import GenerationAbortedError, ResponseBudgetExhaustedError, SGLangModel, TrajectoryError
-from .token_manager import Segment, TokenManager, TurnInfo
+from .provider.model import GenerationAbortedError, ResponseBudgetExhaustedError, SGLangModel, TrajectoryError
+from .provider.token_manager import Segment, TokenManager, TurnInfo
 
 __all__ = [
     "ConfigurationError",

@@ -7,7 +7,7 @@ slime's RolloutManager calls them positionally: ``fn(rollout_id, args, samples, 
 rollout_time)`` with the step's flat list of Samples, and ``fn(rollout_id, args, data, extra_metrics)`` with
 ``data = {dataset: {"rewards": [...], "truncated": [...], "samples": [...]}}`` (eval samples in prompt order,
 ``n_samples_per_eval_prompt`` per prompt). Both aggregate each sample's
-:class:`~slime_strands.record.EpisodeRecord` (written by :func:`slime_strands.rollout.generate`), log through slime's own tracking (wandb / tensorboard, on slime's
+:class:`~slime_strands.agent.record.EpisodeRecord` (written by :func:`slime_strands.rollout.generate`), log through slime's own tracking (wandb / tensorboard, on slime's
 ``rollout/step`` / ``eval/step`` axes) and return False so slime's default logging still runs. Without slime
 the dict goes to the Python log. A logging problem never propagates: it is logged and the step goes on.
 
@@ -45,7 +45,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .record import EpisodeRecord, has_malformed_record
+from .agent.record import EpisodeRecord, has_malformed_record
 
 __all__ = ["aggregate", "log_eval_rollout", "log_rollout", "mean_pass_at_k", "pass_at_k"]
 

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from ._verify_worker import verify_in_worker
-from .record import EpisodeRecord
+from .agent.record import EpisodeRecord
 from .settings import RewardSettings, settings_from_args
 
 __all__ = ["accuracy", "extract_answer", "final_answer_text", "grade", "math_reward"]

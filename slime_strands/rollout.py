@@ -3,14 +3,14 @@
     --custom-generate-function-path slime_strands.rollout.generate
 
 Three steps per sample: the slime adapter turns slime's ``args`` / ``Sample`` / sampling params into an
-:class:`~slime_strands.episode.EpisodeSpec` and the shared :class:`~slime_strands.runtime.Runtime`;
-:func:`~slime_strands.episode.run_episode` runs the agent and returns the typed
-:class:`~slime_strands.record.EpisodeRecord`; :func:`~slime_strands.sample_writer.write_sample` turns the
+:class:`~slime_strands.agent.episode.EpisodeSpec` and the shared :class:`~slime_strands.agent.runtime.Runtime`;
+:func:`~slime_strands.agent.episode.run_episode` runs the agent and returns the typed
+:class:`~slime_strands.agent.record.EpisodeRecord`; :func:`~slime_strands._slime.sample_writer.write_sample` turns the
 record into the Sample's fields (``record.OUTCOMES`` says which status, reward and metrics each ending gets).
 
 Partial rollout (``--partial-rollout``): an episode slime's abort stops leaves a checkpoint on its ABORTED
 sample, and when slime hands the sample back ``generate`` continues the episode where it stopped (see
-``slime_strands.partial_rollout``); a sample without one starts from its prompt.
+``slime_strands._slime.partial_rollout``); a sample without one starts from its prompt.
 
 Fan-out: when an episode may produce several samples (``context_management`` compacts its history, or
 ``collect_subagents`` trains its sub-agents), training returns ``list[Sample]``, one per trajectory segment,
@@ -40,14 +40,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .checkpoint import EpisodeCheckpoint
-from .episode import run_episode
-from .errors import ConfigurationError
-from .partial_rollout import EpisodeSamples, save_checkpoint, take_checkpoint
-from .record import EpisodeRecord, RewardRule, Termination
-from .runtime import Runtime
-from .sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
-from .slime_adapter import (
+from ._slime.adapter import (
     check_fanout_flags,
     episode_spec,
     runtime_for,
@@ -55,6 +48,13 @@ from .slime_adapter import (
     score_sample,
     slime_generate_state,
 )
+from ._slime.partial_rollout import EpisodeSamples, save_checkpoint, take_checkpoint
+from ._slime.sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
+from .agent.episode import run_episode
+from .agent.record import EpisodeRecord, RewardRule, Termination
+from .agent.runtime import Runtime
+from .errors import ConfigurationError
+from .provider.checkpoint import EpisodeCheckpoint
 
 __all__ = ["generate"]
 

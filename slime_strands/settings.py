@@ -33,10 +33,10 @@ from typing import Any
 
 import yaml
 
+from .agent.pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION
+from .agent.record import COMPACTION_STRATEGIES
 from .errors import ConfigurationError
-from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION
-from .record import COMPACTION_STRATEGIES
-from .sampling import SamplingParamError, SamplingParams
+from .provider.sampling import SamplingParamError, SamplingParams
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
@@ -161,7 +161,7 @@ class RewardSettings:
 
 @dataclass(frozen=True)
 class CompactionSettings:
-    """When and how ``context_management`` rewrites a long episode's history (see ``slime_strands.compaction``).
+    """When and how ``context_management`` rewrites a long episode's history (see ``slime_strands.agent.compaction``).
 
     Each rewrite closes the episode's current trajectory segment and starts a new one from the re-rendered,
     compacted conversation; every segment becomes its own slime sample.
@@ -271,7 +271,7 @@ class PluginSettings:
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
     """SGLang sampling params sent with every turn (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``,
     ``top_k``, ``min_p``, ``stop``, ``logit_bias``, ...; keys SGLang does not accept are refused, naming the
-    key). They win over slime's (``slime_strands.sampling`` says how they merge): ``max_new_tokens`` here caps
+    key). They win over slime's (``slime_strands.provider.sampling`` says how they merge): ``max_new_tokens`` here caps
     each turn (slime's stays the whole trajectory's budget), and in training ``temperature`` / ``top_p`` must
     equal slime's ``--rollout-temperature`` / ``--rollout-top-p`` (its trainer uses them)."""
     gc_young_threshold: int | None = 100_000

@@ -15,10 +15,10 @@ from typing import Any
 from conftest import qwen3_tokenizer_path
 
 from slime_strands.cli import main
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.token_manager import TokenManager, TurnInfo
-from slime_strands.trajectory_file import TokenSegment, TrajectoryRow
+from slime_strands.trajectories.file import TokenSegment, TrajectoryRow
 
 CALL_ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 

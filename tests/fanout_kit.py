@@ -7,10 +7,10 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
+from slime_strands.provider.token_manager import TokenManager
 from slime_strands.settings import DEFAULT_SUMMARY_PROMPT
 from slime_strands.testing import RecordedRequest, SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.token_manager import TokenManager
 
 SUMMARY = "Summary: the task is to add numbers; {n} additions are done; keep adding."
 SUMMARY_MARK = DEFAULT_SUMMARY_PROMPT[:60]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from slime_helpers import make_args, slime_source
 
-from slime_strands.record import EpisodeRecord
+from slime_strands.agent.record import EpisodeRecord
 from slime_strands.testing import SGLangTestServer, Turn
 
 LAYERS, TOPK = 3, 2

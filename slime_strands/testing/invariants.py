@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..token_manager import TokenManager
+from ..provider.token_manager import TokenManager
 from .server import RecordedRequest, SGLangTestServer
 
 __all__ = [

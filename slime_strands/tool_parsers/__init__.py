@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 AUTO = "auto"
-"""The ``tool_parser`` value that picks the parser from the tokenizer (``slime_strands.families``)."""
+"""The ``tool_parser`` value that picks the parser from the tokenizer (``slime_strands.template.probe``)."""
 
 _REGISTRY: dict[str, type[ToolParser]] = {}
 

@@ -22,11 +22,11 @@ from family_kit import FAMILIES, family_tokenizer
 from helpers import make_agent, make_model
 
 from data_prep import prepare as data_prep
+from slime_strands.cli.tokenizer_loading import DEMO_TOKENIZER
 from slime_strands.sandbox import execute_python_code
 from slime_strands.testing.demo_server import DemoServerOptions, build_demo_server
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.tokenizer_loading import DEMO_TOKENIZER
-from slime_strands.trajectory_file import TrajectoryRow
+from slime_strands.trajectories.file import TrajectoryRow
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -28,7 +28,7 @@ from helpers import make_agent, make_model, openai_tools, result_texts
 from strands import tool
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
 
-from slime_strands.chat import ChatRenderer
+from slime_strands.template.render import ChatRenderer
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing import Turn as ServerTurn
 from slime_strands.testing.invariants import assert_trajectory_invariants

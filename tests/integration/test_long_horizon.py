@@ -23,13 +23,13 @@ from rollout_tools import add, huge_output
 from slime_helpers import SLIME_PARAMS, TOP_P_PARAMS, Sample, as_array, make_args, slime_group_norm
 
 from slime_strands import SGLangClient, metrics, reward, rollout
-from slime_strands.compaction import SUMMARY_HEADER
-from slime_strands.episode import EpisodeSpec, run_episode
+from slime_strands._slime.adapter import check_fanout_flags
+from slime_strands.agent.compaction import SUMMARY_HEADER
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import EpisodeRecord, Termination
 from slime_strands.reward_norm import post_process_rewards
 from slime_strands.settings import PluginSettings
-from slime_strands.slime_adapter import check_fanout_flags
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_batch_convertible, assert_sample_invariants
 
@@ -581,8 +581,8 @@ async def test_a_subagent_inside_a_compacted_episode(server, tokenizer):
 async def test_a_compacted_episode_is_one_trajectory_row_with_a_segment_per_window(server, tokenizer):
     """`slime-strands eval` writes what generate trains on: one token segment per context window, each the
     segment's exact trajectory, with what the episode record says of it (shown by `inspect`)."""
-    from slime_strands.eval_data import EvalPrompt
-    from slime_strands.trajectory_file import TrajectoryRow
+    from slime_strands.cli.eval.data import EvalPrompt
+    from slime_strands.trajectories.file import TrajectoryRow
 
     policy = ScriptedPolicy(server, tokenizer)
     policy.script(None, *forty_turns())

@@ -40,8 +40,8 @@ from slime_strands import (
     ToolLimiter,
     TrajectoryError,
 )
+from slime_strands._slime.adapter import client_from_slime_args
 from slime_strands.settings import PluginSettings
-from slime_strands.slime_adapter import client_from_slime_args
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.tool_parsers import HermesToolParser
 
@@ -702,7 +702,7 @@ async def test_tool_iteration_limiter(tokenizer):
 
 
 async def test_stop_when_ends_before_the_next_model_call(tokenizer):
-    from slime_strands.limits import StopWhen
+    from slime_strands.agent.limits import StopWhen
 
     flag = {"stop": False}
 

@@ -30,13 +30,13 @@ from slime_helpers import (
 )
 
 from slime_strands import SGLangClient, SGLangModel, metrics, rollout
-from slime_strands.checkpoint import EpisodeCheckpoint, ModelCheckpoint, PendingTurn
-from slime_strands.model_stats import ModelStats
-from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
-from slime_strands.record import Termination
+from slime_strands._slime.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
+from slime_strands.agent.record import Termination
+from slime_strands.provider.checkpoint import EpisodeCheckpoint, ModelCheckpoint, PendingTurn
+from slime_strands.provider.model_stats import ModelStats
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing import SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_batch_convertible, assert_sample_matches_server
-from slime_strands.token_manager import TokenManager, TurnInfo
 
 pytestmark = pytest.mark.timeout(120)
 S = Sample.Status

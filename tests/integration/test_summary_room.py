@@ -19,11 +19,11 @@ from fanout_kit import SUMMARY_MARK, add_call, assert_segments
 from rollout_tools import add, huge_output
 
 from slime_strands import SGLangClient
-from slime_strands.client import SGLANG_CONTEXT_MARGIN
-from slime_strands.compaction import SUMMARY_HEADER
-from slime_strands.episode import EpisodeSpec, run_episode
+from slime_strands.agent.compaction import SUMMARY_HEADER
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import EpisodeRecord, Termination
+from slime_strands.provider.client import SGLANG_CONTEXT_MARGIN
 from slime_strands.settings import PluginSettings
 from slime_strands.testing import SGLangTestServer, Turn
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from real_sglang.recording_proxy import Exchange, RecordingProxy
-from slime_strands.client import SGLANG_CONTEXT_MARGIN, SGLangClient
-from slime_strands.episode import EpisodeSpec, run_episode
-from slime_strands.record import EpisodeRecord
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import EpisodeRecord
+from slime_strands.provider.client import SGLANG_CONTEXT_MARGIN, SGLangClient
+from slime_strands.provider.token_manager import TokenManager
 from slime_strands.settings import PluginSettings
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.token_manager import TokenManager
 
 CONTEXT_LENGTH = 1024
 """The server's window (--context-length): the tier's tests discover it from /v1/models and check it is this."""

@@ -22,8 +22,8 @@ from real_sglang.real_helpers import (
     settings,
 )
 from real_sglang.tiny_model import END_OF_TEXT, IM_END
-from slime_strands.client import SGLANG_CONTEXT_MARGIN, SGLangClient
-from slime_strands.record import OUTCOMES, Termination
+from slime_strands.agent.record import OUTCOMES, Termination
+from slime_strands.provider.client import SGLANG_CONTEXT_MARGIN, SGLangClient
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 

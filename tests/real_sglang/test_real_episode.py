@@ -18,7 +18,7 @@ from real_sglang.real_helpers import (
     run,
     settings,
 )
-from slime_strands.record import OUTCOMES, Termination
+from slime_strands.agent.record import OUTCOMES, Termination
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 

@@ -11,9 +11,9 @@ import pytest
 
 from real_sglang.real_helpers import check_record, settings
 from real_sglang.tiny_model import END_OF_TEXT, IM_END
-from slime_strands.client import SGLangClient
-from slime_strands.episode import EpisodeSpec, run_episode
-from slime_strands.record import OUTCOMES, Termination
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import OUTCOMES, Termination
+from slime_strands.provider.client import SGLangClient
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 

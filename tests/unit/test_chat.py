@@ -7,7 +7,7 @@ from helpers import TEMPLATE_TOOLS as TOOLS
 from helpers import call_text, with_generation_prompt
 
 from slime_strands import SGLangModel
-from slime_strands.chat import (
+from slime_strands.template.render import (
     ChatRenderer,
     TemplateError,
     to_template_messages,

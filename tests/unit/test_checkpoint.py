@@ -13,7 +13,15 @@ from collections import Counter
 
 import pytest
 
-from slime_strands.checkpoint import (
+from slime_strands._slime.partial_rollout import (
+    CHECKPOINT_KEY,
+    EpisodeSamples,
+    save_checkpoint,
+    take_checkpoint,
+)
+from slime_strands.agent.record import EpisodeRecord, Termination
+from slime_strands.agent.resume import AbortSignal
+from slime_strands.provider.checkpoint import (
     EpisodeCheckpoint,
     MalformedCheckpointError,
     ModelCheckpoint,
@@ -22,12 +30,9 @@ from slime_strands.checkpoint import (
     ToolCounters,
     TrajectoryCheckpoint,
 )
-from slime_strands.model_stats import ModelStats
-from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples, save_checkpoint, take_checkpoint
-from slime_strands.record import EpisodeRecord, Termination
-from slime_strands.resume import AbortSignal
+from slime_strands.provider.model_stats import ModelStats
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing.slime_types import Sample
-from slime_strands.token_manager import TokenManager, TurnInfo
 
 
 def trajectory(turns: int = 3, seed: int = 0, tokens_per_turn: int = 40) -> TokenManager:

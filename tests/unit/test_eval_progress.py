@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from slime_strands.eval_progress import EvalProgress
-from slime_strands.eval_summary import Outcome
+from slime_strands.cli.eval.progress import EvalProgress
+from slime_strands.cli.eval.summary import Outcome
 
 
 def outcome(correct: bool, status: str = "COMPLETED", tokens: int = 100) -> Outcome:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from slime_strands.eval_summary import ALL, Outcome, format_table, pass_k_values, summarize
+from slime_strands.cli.eval.summary import ALL, Outcome, format_table, pass_k_values, summarize
 
 
 def outcome(

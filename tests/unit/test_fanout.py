@@ -12,14 +12,14 @@ import pytest
 from slime_helpers import Sample, slime_group_norm
 
 from slime_strands import metrics, reward
+from slime_strands._slime.adapter import check_fanout_flags, score_sample
+from slime_strands._slime.sample_writer import SampleContract, reset_for_generation, write_samples
+from slime_strands.agent.record import EpisodeRecord, MalformedRecordError, SegmentRecord, Termination
+from slime_strands.agent.subagents import subagent_tool
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import EpisodeRecord, MalformedRecordError, SegmentRecord, Termination
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.reward_norm import post_process_rewards
-from slime_strands.sample_writer import SampleContract, reset_for_generation, write_samples
 from slime_strands.settings import CompactionSettings, PluginSettings, SettingsError
-from slime_strands.slime_adapter import check_fanout_flags, score_sample
-from slime_strands.subagents import subagent_tool
-from slime_strands.token_manager import TokenManager, TurnInfo
 
 S = Sample.Status
 

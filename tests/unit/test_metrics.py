@@ -13,8 +13,8 @@ import pytest
 from conftest import qwen3_tokenizer_path
 
 from slime_strands import rollout
+from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.metrics import aggregate, log_eval_rollout, log_rollout, pass_at_k
-from slime_strands.record import EpisodeRecord, Termination
 from slime_strands.testing import Fault, SGLangTestServer
 from slime_strands.testing.slime_types import Sample
 

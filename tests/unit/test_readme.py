@@ -242,7 +242,7 @@ def test_every_command_line_flag_exists():
 
 
 def test_the_exit_status_table_is_the_code():
-    from slime_strands import command_errors
+    from slime_strands.cli import errors as command_errors
 
     table = _section(_doc("cli.md"), "## Errors and exit statuses")
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
@@ -251,8 +251,8 @@ def test_the_exit_status_table_is_the_code():
 
 def test_every_rollout_metric_key_is_logged():
     """The wandb table's ``rollout/strands/*`` keys are what ``metrics.aggregate`` produces."""
+    from slime_strands.agent.record import EpisodeRecord, SegmentRecord, Termination
     from slime_strands.metrics import aggregate
-    from slime_strands.record import EpisodeRecord, SegmentRecord, Termination
     from slime_strands.testing.slime_types import Sample
 
     segments = [

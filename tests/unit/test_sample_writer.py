@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from slime_helpers import Sample
 
+from slime_strands._slime.adapter import template_kwargs
+from slime_strands._slime.sample_writer import SampleContract, reset_for_generation, write_sample
+from slime_strands.agent.record import OUTCOMES, EpisodeRecord, MalformedRecordError, Termination
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import OUTCOMES, EpisodeRecord, MalformedRecordError, Termination
-from slime_strands.sample_writer import SampleContract, reset_for_generation, write_sample
-from slime_strands.slime_adapter import template_kwargs
-from slime_strands.token_manager import TokenManager, TurnInfo
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 
 
 def poisoned() -> Sample:

@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from slime_strands.command_errors import CommandError
-from slime_strands.eval_digest import ConfigDigest
-from slime_strands.trajectory_file import (
+from slime_strands.cli.errors import CommandError
+from slime_strands.cli.eval.digest import ConfigDigest
+from slime_strands.cli.trajectory_keys import find_row, latest_rows
+from slime_strands.trajectories.file import (
     SCHEMA,
     Span,
     TokenSegment,
@@ -20,7 +21,6 @@ from slime_strands.trajectory_file import (
     iter_rows,
     row_key,
 )
-from slime_strands.trajectory_keys import find_row, latest_rows
 
 
 def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow:
@@ -168,10 +168,10 @@ def test_find_row_errors(tmp_path):
 def test_a_failed_episode_row_holds_no_tokens_and_a_bounded_error():
     """An episode that generated nothing has no trajectory: its row holds the prompt once, no tokens, and at
     most ERROR_CHARS of the error (a server's error body can echo a whole request)."""
-    from slime_strands.eval_data import EvalPrompt
-    from slime_strands.record import EpisodeRecord, Termination
-    from slime_strands.token_manager import TokenManager
-    from slime_strands.trajectory_file import ERROR_CHARS
+    from slime_strands.agent.record import EpisodeRecord, Termination
+    from slime_strands.cli.eval.data import EvalPrompt
+    from slime_strands.provider.token_manager import TokenManager
+    from slime_strands.trajectories.file import ERROR_CHARS
 
     prompt_only = TokenManager()
     prompt_only.add_prompt(list(range(50_000)))

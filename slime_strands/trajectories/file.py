@@ -1,0 +1,443 @@
+"""The trajectory file: one JSON line per agent episode, written by ``slime-strands eval --out`` and read by
+``inspect`` and ``drift``.
+
+A line (schema ``slime-strands/trajectory/v1``)::
+
+    {"schema": "slime-strands/trajectory/v1",
+     "key": "3:1", "prompt_index": 3, "sample": 1,        # the row key: prompt index + sample number
+     "dataset": "aime-2024", "prompt": [{"role": "user", "content": "..."}], "label": "34",
+     "prompt_digest": "...",                              # the prompt and label's hash (resume checks it)
+     "config": {"settings": "...", "sampling": "...", "tokenizer": "...", "tools": "...", "model": "..."},
+                                 # digests of the configuration that made it (resume checks them)
+     "tokenizer": "Qwen/Qwen3-8B", "chat_template_kwargs": {}, "tools": [...],   # to re-render it
+     "messages": [...],          # the agent's conversation in chat-template form (system, user,
+                                 # assistant with reasoning_content / tool_calls, tool results)
+     "segments": [{"token_ids": [...], "loss_mask": [...], "logprobs": [...],
+                   "spans": [{"kind": "prompt" | "generated" | "observation",
+                              "start": 0, "end": 612, "finish_reason": null}, ...],
+                   "info": {}}],          # what the episode record says of the segment, if anything
+     "response": "...", "reward": 1.0, "status": "COMPLETED", "termination": "end_turn", "error": null,
+     "metrics": {"turns": 2, "tool_calls": 1, "parse_errors": {}, ...}}   # the episode record's counters
+
+``segments`` holds one entry per context window the episode used: an ordinary episode has exactly one (none
+when it generated nothing: a prompt alone is no trajectory); an episode whose history was compacted has one
+per window, in order, each an exact token-in/token-out sequence of its own, and ``messages`` is then the
+conversation of the LAST one. ``info`` describes a segment of such an episode (which agent, what opened and closed it), as its episode
+record does; it is empty for an ordinary episode. ``spans`` are each window's provenance runs
+(``TokenManager.segments``): the prompt, every generated turn
+(``loss_mask`` 1, with its finish reason) and the template / tool tokens between turns (``loss_mask`` 0).
+
+Writing is crash-safe: each line goes out in one append; a run killed mid-line leaves a last line without its
+newline, which readers skip and the next writer cuts off before appending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..agent.record import EpisodeRecord
+from ..cli.errors import CommandError
+from ..cli.eval.data import EvalPrompt
+from ..cli.eval.digest import ConfigDigest
+from ..template.render import to_template_messages, to_template_tools
+
+__all__ = [
+    "SCHEMA",
+    "Span",
+    "TokenSegment",
+    "TrajectoryRow",
+    "TrajectoryWriter",
+    "complete_lines",
+    "has_torn_tail",
+    "iter_rows",
+    "parse_row",
+    "row_key",
+    "template_tools",
+]
+
+SCHEMA = "slime-strands/trajectory/v1"
+_KINDS = ("prompt", "generated", "observation")
+_TOP_LEVEL = ("termination", "error", "evaluation")  # record fields kept beside ``metrics``, not inside
+ERROR_CHARS = 4000
+"""Longest ``error`` a row keeps (head and tail)."""
+_FILE_HINT = "inspect and drift read the files `slime-strands eval --out FILE.jsonl` writes"
+
+
+def row_key(prompt_index: int, sample: int) -> str:
+    """The stable key of a row: the same prompt and sample number give the same key in every run."""
+    return f"{prompt_index}:{sample}"
+
+
+def template_tools(tools: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """The agent's Strands tools as the chat template sees them (what ``tools`` in a row holds)."""
+    return to_template_tools([tool.tool_spec for tool in tools])
+
+
+@dataclass(frozen=True)
+class Span:
+    """A run of one segment's tokens with one provenance."""
+
+    kind: str
+    start: int
+    end: int
+    finish_reason: str | None = None
+    """The server's finish reason of a generated turn (``stop``, ``length``, ``abort``)."""
+
+
+@dataclass(frozen=True)
+class TokenSegment:
+    """One context window of an episode: exactly the token ids the server saw, and what was trained."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    spans: list[Span]
+    info: dict[str, Any] = field(default_factory=dict)
+    """What the episode record says of the segment (e.g. its agent, what opened and closed it); shown as is."""
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class TrajectoryRow:
+    """One line of the trajectory file (see the module docstring)."""
+
+    key: str
+    prompt_index: int
+    sample: int
+    dataset: str
+    prompt: list[dict[str, Any]]
+    label: str
+    prompt_digest: str
+    tokenizer: str
+    messages: list[dict[str, Any]]
+    segments: list[TokenSegment]
+    response: str
+    reward: float
+    status: str
+    termination: str
+    error: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    config: ConfigDigest | None = None
+    """What configuration made the row (None in rows written before rows carried it)."""
+
+    @property
+    def correct(self) -> bool:
+        """Eval rewards are plain accuracy: 1.0 is a correct answer."""
+        return self.reward == 1.0
+
+    @classmethod
+    def from_episode(
+        cls,
+        prompt: EvalPrompt,
+        sample: int,
+        record: EpisodeRecord,
+        reward: float,
+        *,
+        tokenizer: str,
+        tools: list[dict[str, Any]] | None,
+        chat_template_kwargs: Mapping[str, Any],
+        config: ConfigDigest | None = None,
+    ) -> TrajectoryRow:
+        """The row of one finished episode; ``config``: the digests of the configuration that ran it (what an
+        eval resume checks: a row without them is not resumed)."""
+        saved = record.to_metadata()
+        segments = _segments(record)
+        return cls(
+            key=row_key(prompt.index, sample),
+            prompt_index=prompt.index,
+            sample=sample,
+            dataset=prompt.dataset,
+            prompt=prompt.prompt,
+            label=prompt.label,
+            prompt_digest=prompt.digest,
+            tokenizer=tokenizer,
+            messages=_conversation(record) if segments else [],  # nothing generated: the prompt says it all
+            segments=segments,
+            response=record.response,
+            reward=float(reward),
+            status=record.outcome.status,
+            termination=record.termination.value,
+            error=_bounded(record.error),
+            metrics={k: v for k, v in saved.items() if k not in _TOP_LEVEL},
+            tools=tools,
+            chat_template_kwargs=dict(chat_template_kwargs),
+            config=config,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "key": self.key,
+            "prompt_index": self.prompt_index,
+            "sample": self.sample,
+            "dataset": self.dataset,
+            "prompt": self.prompt,
+            "label": self.label,
+            "prompt_digest": self.prompt_digest,
+            "config": None if self.config is None else self.config.to_json(),
+            "tokenizer": self.tokenizer,
+            "chat_template_kwargs": self.chat_template_kwargs,
+            "tools": self.tools,
+            "messages": self.messages,
+            "segments": [
+                {
+                    "token_ids": s.token_ids,
+                    "loss_mask": s.loss_mask,
+                    "logprobs": s.logprobs,
+                    "spans": [
+                        {"kind": p.kind, "start": p.start, "end": p.end, "finish_reason": p.finish_reason}
+                        for p in s.spans
+                    ],
+                    "info": s.info,
+                }
+                for s in self.segments
+            ],
+            "response": self.response,
+            "reward": self.reward,
+            "status": self.status,
+            "termination": self.termination,
+            "error": self.error,
+            "metrics": self.metrics,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> TrajectoryRow:
+        """Read back :meth:`to_json`; ValueError saying what is wrong with anything else."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+        missing = [name for name in _REQUIRED if name not in data]
+        if missing:
+            raise ValueError(f"missing field(s) {missing}")
+        segments = data["segments"]
+        if not isinstance(segments, list):
+            raise ValueError("segments must be a list")
+        return cls(
+            key=str(data["key"]),
+            prompt_index=_int(data, "prompt_index"),
+            sample=_int(data, "sample"),
+            dataset=str(data["dataset"]),
+            prompt=list(data["prompt"]),
+            label=str(data["label"]),
+            prompt_digest=str(data["prompt_digest"]),
+            tokenizer=str(data["tokenizer"]),
+            messages=list(data["messages"] or []),
+            segments=[_segment(s, i) for i, s in enumerate(segments)],
+            response=str(data["response"]),
+            reward=float(data["reward"]),
+            status=str(data["status"]),
+            termination=str(data["termination"]),
+            error=data.get("error"),
+            metrics=dict(data.get("metrics") or {}),
+            tools=data.get("tools"),
+            chat_template_kwargs=dict(data.get("chat_template_kwargs") or {}),
+            config=ConfigDigest.from_json(data.get("config")),
+        )
+
+
+_REQUIRED = (
+    "key",
+    "prompt_index",
+    "sample",
+    "dataset",
+    "prompt",
+    "label",
+    "prompt_digest",
+    "tokenizer",
+    "messages",
+    "segments",
+    "response",
+    "reward",
+    "status",
+    "termination",
+)
+
+
+def _int(data: Mapping[str, Any], name: str) -> int:
+    value = data[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def _segment(data: Any, number: int) -> TokenSegment:
+    where = f"segments[{number}]"
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where} must be an object")
+    ids, mask, logprobs, spans = (data.get(k) for k in ("token_ids", "loss_mask", "logprobs", "spans"))
+    if not all(isinstance(v, list) for v in (ids, mask, logprobs, spans)):
+        raise ValueError(f"{where} needs token_ids, loss_mask, logprobs and spans lists")
+    assert isinstance(ids, list) and isinstance(mask, list) and isinstance(logprobs, list)
+    assert isinstance(spans, list)
+    if not len(ids) == len(mask) == len(logprobs):
+        raise ValueError(
+            f"{where}: {len(ids)} token_ids, {len(mask)} loss_mask and {len(logprobs)} logprobs differ in length"
+        )
+    parsed = []
+    position = 0
+    for span in spans:
+        kind, start, end = span.get("kind"), span.get("start"), span.get("end")
+        if kind not in _KINDS or start != position or not isinstance(end, int) or end < start:
+            raise ValueError(f"{where}: spans must cover the tokens in order, got {span!r} at {position}")
+        parsed.append(Span(kind, start, end, span.get("finish_reason")))
+        position = end
+    if position != len(ids):
+        raise ValueError(f"{where}: spans cover {position} of {len(ids)} tokens")
+    info = data.get("info") or {}
+    if not isinstance(info, Mapping):
+        raise ValueError(f"{where}: info must be an object")
+    return TokenSegment(
+        [int(t) for t in ids], [int(m) for m in mask], [float(x) for x in logprobs], parsed, dict(info)
+    )
+
+
+def _segments(record: EpisodeRecord) -> list[TokenSegment]:
+    """One token segment per trajectory segment of the episode (several after context compaction or with
+    collected sub-agents), each with what the episode record says of it. The record lists only segments with
+    tokens after their prompt: an episode that generated nothing has none, and neither has its row (its
+    prompt's tokens alone are no trajectory, and a prompt that did not fit the window made rows of 85 MB)."""
+    parts = [(s.trajectory, s.to_dict()) for s in record.segments if s.trajectory is not None]
+    return [
+        TokenSegment(
+            tm.token_ids,
+            tm.loss_mask,
+            tm.logprobs,
+            [
+                Span(s.kind, s.start, s.end, s.info.finish_reason if s.info is not None else None)
+                for s in tm.segments
+            ],
+            info,
+        )
+        for tm, info in parts
+        if len(tm)
+    ]
+
+
+def _bounded(error: str | None) -> str | None:
+    """An error message of at most :data:`ERROR_CHARS` characters, head and tail (a server's error body can
+    echo a whole request)."""
+    if error is None or len(error) <= ERROR_CHARS:
+        return error
+    half = ERROR_CHARS // 2
+    return f"{error[:half]} ... [{len(error) - 2 * half} characters cut] ... {error[-half:]}"
+
+
+def _conversation(record: EpisodeRecord) -> list[dict[str, Any]]:
+    """The agent's messages in chat-template form, each assistant turn with its reasoning (what a text-based
+    framework would keep and re-render)."""
+    messages = to_template_messages(record.messages)
+    reasoning = [_reasoning(m) for m in record.messages if m.get("role") == "assistant"]
+    assistants = [m for m in messages if m["role"] == "assistant"]
+    for message, text in zip(assistants, reasoning, strict=True):
+        if text is not None:
+            message["reasoning_content"] = text
+    if record.system_prompt:
+        messages.insert(0, {"role": "system", "content": record.system_prompt})
+    return messages
+
+
+def _reasoning(message: Mapping[str, Any]) -> str | None:
+    texts = [
+        str(block["reasoningContent"].get("reasoningText", {}).get("text", ""))
+        for block in message.get("content") or []
+        if "reasoningContent" in block
+    ]
+    return "".join(texts) if texts else None
+
+
+# -- reading -----------------------------------------------------------------------------------------
+
+
+def iter_rows(path: str | Path) -> Iterator[tuple[int, TrajectoryRow]]:
+    """``(line number, row)`` of every complete line; a last line without its newline (a run killed mid-write)
+    is skipped. CommandError names the first malformed line."""
+    for number, raw in complete_lines(path):
+        yield number, parse_row(path, number, raw)
+
+
+def parse_row(path: str | Path, number: int, raw: bytes) -> TrajectoryRow:
+    """Line ``number`` of ``path`` as a row; CommandError naming the line when it is not one."""
+    try:
+        return TrajectoryRow.from_json(json.loads(raw))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CommandError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
+
+
+def complete_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of every non-blank line that ends with its newline; CommandError when there is
+    no such file."""
+    source = Path(path)
+    if not source.is_file():
+        raise CommandError(f"{path}: no such trajectory file", hint=_FILE_HINT)
+    with source.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.endswith(b"\n"):
+                return  # torn last line
+            if raw.strip():
+                yield number, raw
+
+
+def has_torn_tail(path: str | Path) -> bool:
+    """True when the file's last line lacks its newline (written by a run that was killed)."""
+    with Path(path).open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
+
+
+# -- writing -----------------------------------------------------------------------------------------
+
+
+class TrajectoryWriter:
+    """Appends rows, one ``write`` per line; opening cuts off a torn last line left by a killed run."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.exists() and has_torn_tail(self.path):
+            _cut_torn_tail(self.path)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, row: TrajectoryRow) -> None:
+        if self._fd is None:
+            raise ValueError("the trajectory writer is closed")
+        try:
+            text = json.dumps(row.to_json(), ensure_ascii=False)
+            data = (text + "\n").encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates in tool output: escape them instead
+            data = (json.dumps(row.to_json()) + "\n").encode("ascii")
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _cut_torn_tail(path: Path, chunk: int = 1 << 16) -> None:
+    """Truncate after the last newline, reading backwards (the file may hold gigabytes of good rows)."""
+    with path.open("r+b") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        while end > 0:
+            start = max(0, end - chunk)
+            handle.seek(start)
+            at = handle.read(end - start).rfind(b"\n")
+            if at >= 0:
+                handle.truncate(start + at + 1)
+                return
+            end = start
+        handle.truncate(0)
