@@ -33,16 +33,16 @@ from typing import Any
 
 import yaml
 
-from .agent.pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION
-from .agent.record import COMPACTION_STRATEGIES
 from .errors import ConfigurationError
 from .provider.sampling import SamplingParamError, SamplingParams
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
+    "COMPACTION_STRATEGIES",
     "CONTEXT_MANAGEMENT",
     "DEFAULT_SUMMARY_PROMPT",
     "DEFAULT_SYSTEM_PROMPT",
+    "DEFAULT_TOOL_ROUNDS_PER_INVOCATION",
     "CompactionSettings",
     "PluginSettings",
     "RewardSettings",
@@ -65,8 +65,14 @@ DEFAULT_SUMMARY_PROMPT = (
     "that lets you continue the task without it: the task, what you tried, the tool results that matter "
     "(numbers, code, errors), what is settled and what remains to do. Write only the summary; do not call tools."
 )
+COMPACTION_STRATEGIES = ("summarize", "sliding_window")
+"""The ways ``context_management`` rewrites a history; each is also the ``SegmentRecord.opened_by`` of a segment
+that starts from a history so rewritten."""
 CONTEXT_MANAGEMENT = ("none", *COMPACTION_STRATEGIES)
 """Values of ``PluginSettings.context_management``."""
+DEFAULT_TOOL_ROUNDS_PER_INVOCATION = 16
+"""``tool_rounds_per_invocation``'s default: Strands' nesting stays under ~60 generator levels, and an
+invocation's own overhead is paid once per 16 rounds (``slime_strands.agent.pacing``)."""
 
 
 class SettingsError(ConfigurationError):
@@ -278,7 +284,7 @@ class PluginSettings:
     """Allocations between two young garbage collections (Python's generation-0 threshold, 700 by default):
     raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands
     copies every conversation twice per model call, so at hundreds of agents per process the default makes
-    garbage collection over a third of the client's CPU (README, "Performance at scale")."""
+    garbage collection over a third of the client's CPU (docs/performance.md, "Garbage collection")."""
 
     @property
     def fans_out(self) -> bool:

@@ -16,8 +16,8 @@ from ..agent.episode import EpisodeSpec
 from ..agent.runtime import Runtime
 from ..errors import ConfigurationError
 from ..provider.client import SGLangClient
-from ..reward_norm import CENTERED_ESTIMATORS
 from ..settings import PluginSettings, settings_from_args
+from .advantage import CENTERED_ESTIMATORS
 from .partial_rollout import offpolicy_masking
 from .sample_writer import SampleContract
 

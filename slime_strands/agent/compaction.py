@@ -58,8 +58,7 @@ from strands.types.exceptions import ContextWindowOverflowException
 
 from ..errors import ConfigurationError
 from ..provider.model import SGLangModel
-from ..settings import CompactionSettings
-from .record import COMPACTION_STRATEGIES
+from ..settings import COMPACTION_STRATEGIES, CompactionSettings
 from .segment_collector import EpisodeSegments
 
 __all__ = ["SUMMARY_HEADER", "ContextCompactor"]

@@ -40,11 +40,11 @@ from ..provider.model import (
 )
 from ..provider.sampling import merge_sampling_params
 from ..provider.token_manager import TokenManager
-from ..settings import PluginSettings
+from ..settings import DEFAULT_TOOL_ROUNDS_PER_INVOCATION, PluginSettings
 from .compaction import ContextCompactor
 from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
-from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION, InvocationPacer
+from .pacing import InvocationPacer
 from .record import EpisodeRecord, SegmentRecord, Termination
 from .resume import AbortGuard, AbortSignal, capture, restore
 from .runtime import import_tools, raise_gc_threshold
@@ -330,7 +330,8 @@ async def run_agent(
         termination, error = _classify(exc)
         if termination is Termination.MAX_TOKENS and isinstance(agent.model, SGLangModel):
             # Strands says only "max_tokens": the model knows which bound cut the turn
-            termination = agent.model.stats.last_cut or termination
+            cut = agent.model.stats.last_cut
+            termination = termination if cut is None else Termination(cut.value)
         return termination, error
     finally:
         if pacer is not None:

@@ -20,10 +20,7 @@ from typing import Any
 
 from strands.hooks import AfterToolsEvent, HookProvider, HookRegistry
 
-__all__ = ["DEFAULT_TOOL_ROUNDS_PER_INVOCATION", "InvocationPacer"]
-
-DEFAULT_TOOL_ROUNDS_PER_INVOCATION = 16
-"""Nesting stays under ~60 generator levels; an invocation's own overhead is paid once per 16 rounds."""
+__all__ = ["InvocationPacer"]
 
 
 class InvocationPacer(HookProvider):

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SlimeStrandsError
+from ..settings import COMPACTION_STRATEGIES
 
 if TYPE_CHECKING:
     from ..provider.checkpoint import EpisodeCheckpoint
     from ..provider.token_manager import TokenManager
 
 __all__ = [
-    "COMPACTION_STRATEGIES",
     "METADATA_KEY",
     "OUTCOMES",
     "EpisodeRecord",
@@ -98,8 +98,6 @@ OUTCOMES: dict[Termination, Outcome] = {
 }
 
 
-COMPACTION_STRATEGIES = ("summarize", "sliding_window")
-"""``SegmentRecord.opened_by`` of a segment that starts from a compacted history."""
 _SEGMENT_KINDS = ("main", "subagent")
 _OPENERS = ("prompt", "subagent", *COMPACTION_STRATEGIES)
 

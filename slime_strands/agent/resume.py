@@ -19,8 +19,9 @@ consistent:
 after which the agent is invoked with no prompt: Strands runs the tools of a trailing tool-use message, or
 calls the model (which continues a pending turn).
 
-slime's abort flag is a plain attribute polled here (:class:`AbortSignal`): one poller per event loop serves
-every running tool call, every 50 ms, only while calls are running.
+slime's abort flag is a plain attribute polled by an :class:`~slime_strands.provider.abort_signal.AbortSignal`
+(the model waits on it too): one poller per event loop serves every running tool call, every 50 ms, only while
+calls are running.
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ import contextlib
 import copy
 import dataclasses
 import logging
-import weakref
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from strands.hooks import AfterToolsEvent, BeforeModelCallEvent, BeforeToolsEvent
 from strands.middleware import ExecuteToolContext, ToolResultEvent
 
+from ..provider.abort_signal import AbortSignal
 from ..provider.checkpoint import (
     EpisodeCheckpoint,
     MalformedCheckpointError,
@@ -62,53 +63,7 @@ ABORT_REASON = "slime aborted the rollout"
 KILLED_TOOL_TEXT = (
     "Error: the rollout was aborted while this call ran; it runs again when the episode continues."
 )
-_POLL_S = 0.05
 _END = object()
-
-
-class AbortSignal:
-    """A predicate (slime's ``GenerateState.aborted``) that coroutines can also wait for.
-
-    Calling it reads the predicate. :meth:`wait` returns once it holds: one poller task per event loop checks
-    it every ``interval_s`` while anything waits, however many waiters there are."""
-
-    def __init__(self, predicate: Callable[[], bool], interval_s: float = _POLL_S) -> None:
-        self._predicate = predicate
-        self._interval_s = interval_s
-        self._waiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[None]]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._pollers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def __call__(self) -> bool:
-        return bool(self._predicate())
-
-    async def wait(self) -> None:
-        if self():
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        waiters = self._waiters.setdefault(loop, set())
-        waiters.add(future)
-        if loop not in self._pollers:
-            self._pollers[loop] = loop.create_task(self._poll(loop, waiters))
-        try:
-            await future
-        finally:
-            waiters.discard(future)
-
-    async def _poll(self, loop: asyncio.AbstractEventLoop, waiters: set[asyncio.Future[None]]) -> None:
-        try:
-            while waiters:
-                await asyncio.sleep(self._interval_s)
-                if self():
-                    for future in list(waiters):
-                        if not future.done():
-                            future.set_result(None)
-        finally:
-            self._pollers.pop(loop, None)
 
 
 class _ToolTime(Protocol):

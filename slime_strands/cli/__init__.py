@@ -8,8 +8,8 @@ see, and check a setup before launching a multi-GPU job.
     slime-strands validate-config configs/strands_math.yaml
     slime-strands check-server http://127.0.0.1:30000
 
-This module only parses arguments and dispatches; the work lives in ``evaluation``, ``trajectory_view`` /
-``inspect_terminal`` / ``inspect_html``, ``drift``, ``families`` and ``settings``. Errors are one line with a
+This module only parses arguments and dispatches; the work lives in ``cli/eval/``, ``cli/inspect/`` (over
+``trajectories/view.py``), ``cli/drift.py``, ``template/probe.py`` and ``settings``. Errors are one line with a
 hint, never a traceback; exit statuses are listed in :mod:`slime_strands.cli.errors`.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, InputError
 from .errors import (
     EXIT_FAILURES,
     EXIT_INTERRUPTED,
@@ -583,9 +583,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     try:
         return int(ns.run(ns))
-    except CommandError as exc:
+    except InputError as exc:  # a CommandError, or bad input found below the command (a trajectory file)
         _say(ns, str(exc), hint=exc.hint)
-        return exc.exit_code
+        return exc.exit_code if isinstance(exc, CommandError) else EXIT_USAGE
     except ConfigurationError as exc:
         _say(
             ns,

@@ -1,7 +1,8 @@
 """What the ``slime-strands`` command tells a user when it cannot do what was asked: one line, a hint, an
-exit status a script can branch on. Everything below the command raises these (or a
-:class:`~slime_strands.errors.ConfigurationError`); only ``cli.main`` prints them, so no user sees a
-traceback for a wrong path or a server that is down.
+exit status a script can branch on. The command's modules raise :class:`CommandError`; modules below the
+command raise its base :class:`~slime_strands.errors.InputError` (exit status 2) or a
+:class:`~slime_strands.errors.ConfigurationError`; only ``slime_strands.cli.main`` prints them, so no user sees a traceback
+for a wrong path or a server that is down.
 
 Exit statuses (every command):
 
@@ -19,7 +20,7 @@ Exit statuses (every command):
 
 from __future__ import annotations
 
-from ..errors import SlimeStrandsError
+from ..errors import InputError
 
 __all__ = [
     "EXIT_FAILURES",
@@ -37,15 +38,10 @@ EXIT_SERVER = 3
 EXIT_INTERRUPTED = 130
 
 
-class CommandError(SlimeStrandsError):
-    """A command cannot run as asked; ``str(error)`` is one line, ``hint`` says what to do next."""
+class CommandError(InputError):
+    """A command cannot run as asked; ``str(error)`` is one line, ``hint`` says what to do next, ``exit_code``
+    what the command exits with."""
 
     def __init__(self, message: str, *, hint: str | None = None, exit_code: int = EXIT_USAGE) -> None:
-        super().__init__(_one_line(message))
-        self.hint = _one_line(hint) if hint else None
+        super().__init__(message, hint=hint)
         self.exit_code = exit_code
-
-
-def _one_line(text: str) -> str:
-    """Messages from libraries (transformers, httpx) may span lines: join them into one."""
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())

@@ -26,9 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..agent.record import Termination
 from ..errors import SlimeStrandsError
-from .model_stats import ModelStats
+from .model_stats import ModelStats, TurnCut
 from .token_manager import SegmentKind, TokenManager, TurnInfo, count_turns
 
 __all__ = [
@@ -138,7 +137,7 @@ class PendingTurn:
     """Whether the turn's generation prompt opened a reasoning block (how its output is parsed)."""
     max_new_tokens: int
     """The turn's ``max_new_tokens`` as it was sent: its continuation asks for what the cut left of it."""
-    bound: Termination
+    bound: TurnCut
     """How the turn ends the episode if it finishes ``length`` (the bound that set ``max_new_tokens``)."""
 
 
@@ -374,15 +373,15 @@ class _Reader:
         value: str | None = self._typed(key, (str,), "a string or null", optional=True)
         return value
 
-    def termination(self, key: str) -> Termination:
+    def cut(self, key: str) -> TurnCut:
         value = self.text(key)
         try:
-            return Termination(value)
+            return TurnCut(value)
         except ValueError:
-            raise MalformedCheckpointError(f"{self.where}.{key}: not a termination: {value!r:.80}") from None
+            raise MalformedCheckpointError(f"{self.where}.{key}: not a turn cut: {value!r:.80}") from None
 
-    def optional_termination(self, key: str) -> Termination | None:
-        return None if self.get(key) is None else self.termination(key)
+    def optional_cut(self, key: str) -> TurnCut | None:
+        return None if self.get(key) is None else self.cut(key)
 
     def optional_integer(self, key: str) -> int | None:
         return None if self.get(key) is None else self.integer(key)
@@ -473,7 +472,7 @@ def _read_counters(d: _Reader) -> ModelStats:
         elif f.name == "last_finish_reason":
             values[f.name] = d.optional_text(f.name)
         elif f.name == "last_cut":
-            values[f.name] = d.optional_termination(f.name)
+            values[f.name] = d.optional_cut(f.name)
         else:
             values[f.name] = d.integer(f.name)
     d.done()
@@ -488,7 +487,7 @@ def _read_model(d: _Reader) -> ModelCheckpoint:
             messages=p.integer("messages"),
             starts_in_reasoning=p.flag("starts_in_reasoning"),
             max_new_tokens=p.integer("max_new_tokens"),
-            bound=p.termination("bound"),
+            bound=p.cut("bound"),
         )
         p.done()
     call_errors: dict[str, tuple[str, str, str, str | None]] = {}

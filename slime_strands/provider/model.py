@@ -30,13 +30,12 @@ from strands.types.exceptions import ContextWindowOverflowException
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
-from ..agent.record import Termination
-from ..agent.resume import AbortSignal
 from ..errors import SlimeStrandsError
 from ..template.probe import select_tool_parser
 from ..template.render import ChatRenderer, to_template_messages, to_template_tools
 from ..tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
 from ..tool_parsers.base import ParseErrorKind
+from .abort_signal import AbortSignal
 from .checkpoint import ModelCheckpoint, PendingTurn
 from .client import (
     SGLANG_CONTEXT_MARGIN,
@@ -47,7 +46,7 @@ from .client import (
     SGLangError,
     TokenIdsJSON,
 )
-from .model_stats import ModelStats
+from .model_stats import ModelStats, TurnCut
 from .sampling import GRAMMAR_KEYS, SGLANG_SAMPLING_KEYS, check_sampling_keys, check_sampling_values
 from .token_manager import TokenManager, TurnInfo
 from .turn_events import (
@@ -67,6 +66,7 @@ __all__ = [
     "SGLangConfig",
     "SGLangModel",
     "TrajectoryError",
+    "TurnCut",
 ]
 
 logger = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class TurnBudget:
     how a turn cut at that length ends the episode: the bound that set it."""
 
     max_new_tokens: int
-    bound: Termination
+    bound: TurnCut
 
 
 class SGLangModel(Model):
@@ -412,7 +412,7 @@ class SGLangModel(Model):
 
     async def _generate(self, *args: Any, **kwargs: Any) -> GenerateResult:
         """``client.generate`` for this trajectory. When ``abort_expected`` is an
-        :class:`~slime_strands.agent.resume.AbortSignal` (an episode's abort flag), the moment it holds the request
+        :class:`~slime_strands.provider.abort_signal.AbortSignal` (an episode's abort flag), the moment it holds the request
         is aborted by its exact ids (:meth:`abort`): the turn in flight ends at once with the tokens written so
         far, whether or not anyone aborts the whole server (slime does, but a router between may keep a
         request it sent late), and no attempt of it is sent after that."""
@@ -480,7 +480,7 @@ class SGLangModel(Model):
             # cut by `length` short of what was asked: the server clamped the turn to its window, silently
             applied = result.finish_length if result.finish_length is not None else len(result.output_ids)
             if result.finish_reason == "length" and applied < max_new_tokens:
-                budget = TurnBudget(spent + applied, Termination.CONTEXT_FULL)
+                budget = TurnBudget(spent + applied, TurnCut.CONTEXT_FULL)
             return result, budget
 
     # -- rendering --------------------------------------------------------------------------------
@@ -683,9 +683,9 @@ class SGLangModel(Model):
         bounds = [
             (int(room), cut)
             for room, cut in (
-                (cap, Termination.MAX_TOKENS),
-                (context_room, Termination.CONTEXT_FULL),
-                (response_room, Termination.RESPONSE_BUDGET),
+                (cap, TurnCut.MAX_TOKENS),
+                (context_room, TurnCut.CONTEXT_FULL),
+                (response_room, TurnCut.RESPONSE_BUDGET),
             )
             if room is not None
         ]
@@ -700,7 +700,7 @@ class SGLangModel(Model):
         not moved: they hold the cut turn's input and output), clamped to a window learned since."""
         context = await self._context_window()
         if context is not None and context - len(self.token_manager) < turn.max_new_tokens - spent:
-            return TurnBudget(spent + max(0, context - len(self.token_manager)), Termination.CONTEXT_FULL)
+            return TurnBudget(spent + max(0, context - len(self.token_manager)), TurnCut.CONTEXT_FULL)
         return TurnBudget(turn.max_new_tokens, turn.bound)
 
     # -- output -----------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ normalizer, pre-tokenizer and decoder (no copy: built in microseconds) and carry
   its own has the flag set once, forever.
 
 Byte-level BPE tokenizers (Qwen2/3 and Llama 3 among those tested) encode inputs up to
-:data:`GIL_RELEASE_CHARS` through tiktoken (``tiktoken_bpe.py``: the same ids, ~5x faster), checked against
+:data:`GIL_RELEASE_CHARS` through tiktoken (``template/tiktoken_bpe.py``: the same ids, ~5x faster), checked against
 the siblings when the codec is built. The siblings encode everything else through ``encode_batch_fast`` (no
 character offsets, which nothing here reads) where the tokenizers library has it. Otherwise, and for
 decoding, inputs above :data:`GIL_RELEASE_CHARS` go through ``encode_batch`` / ``decode_batch``, which release
@@ -100,7 +100,7 @@ class TokenCodec:
 
     @property
     def uses_tiktoken(self) -> bool:
-        """True when inputs up to :data:`GIL_RELEASE_CHARS` are encoded by tiktoken (``tiktoken_bpe.py``)."""
+        """True when inputs up to :data:`GIL_RELEASE_CHARS` are encoded by tiktoken (``template/tiktoken_bpe.py``)."""
         return self._bpe is not None
 
     def encode(self, text: str) -> list[int]:

@@ -178,7 +178,7 @@ class TemplateReport:
     parser_problem: str | None = None
     """Why the parser set by name cannot read what the template renders (None: it can, or it was detected)."""
     end_tokens: Sequence[str] = field(default_factory=tuple)
-    """The model's end-of-sequence tokens that also end a turn (``chat.end_of_sequence_ids``)."""
+    """The model's end-of-sequence tokens that also end a turn (``render.end_of_sequence_ids``)."""
 
     @property
     def usable(self) -> bool:

@@ -5,7 +5,7 @@ spends ~0.25 ms on 300 words of that (it tracks alignments through every stage, 
 off); tiktoken, OpenAI's byte-level BPE, spends ~0.05 ms on the same text and gives the same ids when the
 tokenizer is a byte-level BPE whose merge order is its vocabulary order (Qwen2/3, Llama 3 and others
 converted from tiktoken vocabularies). At 512 agents that was most of SGLangModel's own work per turn
-(``benchmarks/bench_client.py``, README "Performance at scale").
+(``benchmarks/bench_client.py``, docs/performance.md, "Client cost at scale").
 
 Built only for the shape it reproduces, read from the tokenizer's own serialisation: a BPE model without
 dropout, byte fallback or word affixes; an NFC (or no) normalizer; one regex ``Split`` (isolated) followed by
@@ -20,7 +20,7 @@ checks the ids against transformers' over random text for every family's tokeniz
 
 tiktoken's regex engine backtracks on the ``\\s+(?!\\S)`` lookahead and overflows its stack (a Rust panic)
 somewhere between 400k and 1M characters of whitespace, so the caller uses it only below a size bound
-(``token_codec.GIL_RELEASE_CHARS``) and falls back to the reference if it ever fails.
+(``codec.GIL_RELEASE_CHARS``) and falls back to the reference if it ever fails.
 """
 
 from __future__ import annotations

@@ -35,21 +35,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..agent.record import EpisodeRecord
-from ..cli.errors import CommandError
-from ..cli.eval.data import EvalPrompt
-from ..cli.eval.digest import ConfigDigest
-from ..template.render import to_template_messages, to_template_tools
+from ..errors import InputError
+from .config_digest import ConfigDigest
 
 __all__ = [
     "SCHEMA",
     "Span",
     "TokenSegment",
+    "TrajectoryFileError",
     "TrajectoryRow",
     "TrajectoryWriter",
     "complete_lines",
@@ -57,14 +55,11 @@ __all__ = [
     "iter_rows",
     "parse_row",
     "row_key",
-    "template_tools",
 ]
 
 SCHEMA = "slime-strands/trajectory/v1"
 _KINDS = ("prompt", "generated", "observation")
 _TOP_LEVEL = ("termination", "error", "evaluation")  # record fields kept beside ``metrics``, not inside
-ERROR_CHARS = 4000
-"""Longest ``error`` a row keeps (head and tail)."""
 _FILE_HINT = "inspect and drift read the files `slime-strands eval --out FILE.jsonl` writes"
 
 
@@ -73,9 +68,8 @@ def row_key(prompt_index: int, sample: int) -> str:
     return f"{prompt_index}:{sample}"
 
 
-def template_tools(tools: Sequence[Any]) -> list[dict[str, Any]] | None:
-    """The agent's Strands tools as the chat template sees them (what ``tools`` in a row holds)."""
-    return to_template_tools([tool.tool_spec for tool in tools])
+class TrajectoryFileError(InputError):
+    """A trajectory file that cannot be read as asked: one line naming the file (and line), a hint."""
 
 
 @dataclass(frozen=True)
@@ -133,45 +127,6 @@ class TrajectoryRow:
     def correct(self) -> bool:
         """Eval rewards are plain accuracy: 1.0 is a correct answer."""
         return self.reward == 1.0
-
-    @classmethod
-    def from_episode(
-        cls,
-        prompt: EvalPrompt,
-        sample: int,
-        record: EpisodeRecord,
-        reward: float,
-        *,
-        tokenizer: str,
-        tools: list[dict[str, Any]] | None,
-        chat_template_kwargs: Mapping[str, Any],
-        config: ConfigDigest | None = None,
-    ) -> TrajectoryRow:
-        """The row of one finished episode; ``config``: the digests of the configuration that ran it (what an
-        eval resume checks: a row without them is not resumed)."""
-        saved = record.to_metadata()
-        segments = _segments(record)
-        return cls(
-            key=row_key(prompt.index, sample),
-            prompt_index=prompt.index,
-            sample=sample,
-            dataset=prompt.dataset,
-            prompt=prompt.prompt,
-            label=prompt.label,
-            prompt_digest=prompt.digest,
-            tokenizer=tokenizer,
-            messages=_conversation(record) if segments else [],  # nothing generated: the prompt says it all
-            segments=segments,
-            response=record.response,
-            reward=float(reward),
-            status=record.outcome.status,
-            termination=record.termination.value,
-            error=_bounded(record.error),
-            metrics={k: v for k, v in saved.items() if k not in _TOP_LEVEL},
-            tools=tools,
-            chat_template_kwargs=dict(chat_template_kwargs),
-            config=config,
-        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -301,84 +256,30 @@ def _segment(data: Any, number: int) -> TokenSegment:
     )
 
 
-def _segments(record: EpisodeRecord) -> list[TokenSegment]:
-    """One token segment per trajectory segment of the episode (several after context compaction or with
-    collected sub-agents), each with what the episode record says of it. The record lists only segments with
-    tokens after their prompt: an episode that generated nothing has none, and neither has its row (its
-    prompt's tokens alone are no trajectory, and a prompt that did not fit the window made rows of 85 MB)."""
-    parts = [(s.trajectory, s.to_dict()) for s in record.segments if s.trajectory is not None]
-    return [
-        TokenSegment(
-            tm.token_ids,
-            tm.loss_mask,
-            tm.logprobs,
-            [
-                Span(s.kind, s.start, s.end, s.info.finish_reason if s.info is not None else None)
-                for s in tm.segments
-            ],
-            info,
-        )
-        for tm, info in parts
-        if len(tm)
-    ]
-
-
-def _bounded(error: str | None) -> str | None:
-    """An error message of at most :data:`ERROR_CHARS` characters, head and tail (a server's error body can
-    echo a whole request)."""
-    if error is None or len(error) <= ERROR_CHARS:
-        return error
-    half = ERROR_CHARS // 2
-    return f"{error[:half]} ... [{len(error) - 2 * half} characters cut] ... {error[-half:]}"
-
-
-def _conversation(record: EpisodeRecord) -> list[dict[str, Any]]:
-    """The agent's messages in chat-template form, each assistant turn with its reasoning (what a text-based
-    framework would keep and re-render)."""
-    messages = to_template_messages(record.messages)
-    reasoning = [_reasoning(m) for m in record.messages if m.get("role") == "assistant"]
-    assistants = [m for m in messages if m["role"] == "assistant"]
-    for message, text in zip(assistants, reasoning, strict=True):
-        if text is not None:
-            message["reasoning_content"] = text
-    if record.system_prompt:
-        messages.insert(0, {"role": "system", "content": record.system_prompt})
-    return messages
-
-
-def _reasoning(message: Mapping[str, Any]) -> str | None:
-    texts = [
-        str(block["reasoningContent"].get("reasoningText", {}).get("text", ""))
-        for block in message.get("content") or []
-        if "reasoningContent" in block
-    ]
-    return "".join(texts) if texts else None
-
-
 # -- reading -----------------------------------------------------------------------------------------
 
 
 def iter_rows(path: str | Path) -> Iterator[tuple[int, TrajectoryRow]]:
     """``(line number, row)`` of every complete line; a last line without its newline (a run killed mid-write)
-    is skipped. CommandError names the first malformed line."""
+    is skipped. TrajectoryFileError names the first malformed line."""
     for number, raw in complete_lines(path):
         yield number, parse_row(path, number, raw)
 
 
 def parse_row(path: str | Path, number: int, raw: bytes) -> TrajectoryRow:
-    """Line ``number`` of ``path`` as a row; CommandError naming the line when it is not one."""
+    """Line ``number`` of ``path`` as a row; TrajectoryFileError naming the line when it is not one."""
     try:
         return TrajectoryRow.from_json(json.loads(raw))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise CommandError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
+        raise TrajectoryFileError(f"{path}:{number}: not a trajectory row: {exc}", hint=_FILE_HINT) from exc
 
 
 def complete_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
-    """``(line number, bytes)`` of every non-blank line that ends with its newline; CommandError when there is
-    no such file."""
+    """``(line number, bytes)`` of every non-blank line that ends with its newline; TrajectoryFileError when
+    there is no such file."""
     source = Path(path)
     if not source.is_file():
-        raise CommandError(f"{path}: no such trajectory file", hint=_FILE_HINT)
+        raise TrajectoryFileError(f"{path}: no such trajectory file", hint=_FILE_HINT)
     with source.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if not raw.endswith(b"\n"):

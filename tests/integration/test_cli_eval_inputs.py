@@ -112,8 +112,8 @@ def test_a_misspelt_section_stops_the_eval_instead_of_running_the_defaults(serve
 def _rendered_tokens(tokenizer, prompt: str) -> int:
     """What the episode's first request holds, computed here with the tokenizer's own chat template."""
     from slime_strands.agent.runtime import import_tools
+    from slime_strands.cli.eval.rows import template_tools
     from slime_strands.settings import PluginSettings
-    from slime_strands.trajectories.file import template_tools
 
     settings = PluginSettings(tools=("rollout_tools.add", "rollout_tools.echo"))
     messages = [{"role": "system", "content": settings.system_prompt}, {"role": "user", "content": prompt}]

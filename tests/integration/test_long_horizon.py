@@ -582,15 +582,14 @@ async def test_a_compacted_episode_is_one_trajectory_row_with_a_segment_per_wind
     """`slime-strands eval` writes what generate trains on: one token segment per context window, each the
     segment's exact trajectory, with what the episode record says of it (shown by `inspect`)."""
     from slime_strands.cli.eval.data import EvalPrompt
+    from slime_strands.cli.eval.rows import episode_row
     from slime_strands.trajectories.file import TrajectoryRow
 
     policy = ScriptedPolicy(server, tokenizer)
     policy.script(None, *forty_turns())
     record = await episode(server, tokenizer, settings("sliding_window", window_size=6))
     prompt = EvalPrompt(0, 1, [{"role": "user", "content": "Add 1 to a number."}], "40", "long")
-    row = TrajectoryRow.from_episode(
-        prompt, 0, record, 1.0, tokenizer="qwen3", tools=None, chat_template_kwargs={}
-    )
+    row = episode_row(prompt, 0, record, 1.0, tokenizer="qwen3", tools=None, chat_template_kwargs={})
     row = TrajectoryRow.from_json(row.to_json())  # what the file holds
     assert len(row.segments) == len(record.segments) == 3
     for saved, segment in zip(row.segments, record.segments, strict=True):

@@ -30,7 +30,7 @@ from slime_strands.provider.checkpoint import (
     ToolCounters,
     TrajectoryCheckpoint,
 )
-from slime_strands.provider.model_stats import ModelStats
+from slime_strands.provider.model_stats import ModelStats, TurnCut
 from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing.slime_types import Sample
 
@@ -63,11 +63,11 @@ def checkpoint(tm: TokenManager | None = None, **fields) -> EpisodeCheckpoint:
         closed=(SegmentCheckpoint("main", "prompt", "compaction", "COMPLETED", "", TrajectoryCheckpoint.of(trajectory(seed=1))),),
         model=ModelCheckpoint(
             messages_seen=2,
-            pending=PendingTurn(messages=3, starts_in_reasoning=True, max_new_tokens=64, bound=Termination.CONTEXT_FULL),
+            pending=PendingTurn(messages=3, starts_in_reasoning=True, max_new_tokens=64, bound=TurnCut.CONTEXT_FULL),
             last_tool_ids=("t1",),
             call_errors={"t2": ("bad_json", "not JSON", "<tool_call>{", None)},
             template_ids={"t1": "functions.add:0"},
-            counters=ModelStats(turns=3, generation_time_s=0.5, parse_errors=Counter({"bad_json": 1}), last_cut=Termination.MAX_TOKENS),
+            counters=ModelStats(turns=3, generation_time_s=0.5, parse_errors=Counter({"bad_json": 1}), last_cut=TurnCut.MAX_TOKENS),
         ),
         tools=ToolCounters(tool_iters=1, tool_calls=1, tool_errors=0, tool_time_s=0.25),
         subagents=(ModelStats(turns=2),),

@@ -7,6 +7,7 @@ import argparse
 import collections
 import dataclasses
 import importlib
+import itertools
 import re
 import subprocess
 from pathlib import Path
@@ -194,17 +195,38 @@ def test_benchmark_tables_live_only_in_performance_md():
         assert measured == [], f"{page.name}: a table of measured figures belongs in docs/performance.md"
 
 
+def _layout_paths(block: str) -> set[str]:
+    """The paths the Layout block lists: the names that start each line (``a.py b.py  what they do``), under
+    the folders that the lines above them open (``name/`` at a smaller indentation)."""
+    listed, folders = set(), []  # folders: (indentation, name) of the open ones
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        names = list(itertools.takewhile(lambda word: re.fullmatch(r"\w+(\.py|/)", word), line.split()))
+        if not names:
+            continue  # a description carried over from the line above
+        prefix = "".join(f"{name}/" for _, name in folders)
+        listed |= {prefix + name for name in names}
+        if len(names) == 1 and names[0].endswith("/"):
+            folders.append((indent, names[0].rstrip("/")))
+    return listed
+
+
 def test_layout_lists_every_module_and_nothing_else():
     block = _section(_doc("architecture.md"), "## Layout").split("```")[1]
-    listed = set(re.findall(r"\b(\w+\.py|\w+/)", block))
-    modules = {p.name for p in PACKAGE.glob("*.py")} | {
-        f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()
+    listed = {path for path in _layout_paths(block) if path.startswith("slime_strands/")}
+    modules = {
+        path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts
     }
-    for package in (p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
-        modules |= {p.name for p in package.glob("*.py")}
-    assert modules - listed == set(), "modules missing from the Layout in docs/architecture.md"
-    stale = {name for name in listed - modules if name.endswith(".py")}
-    assert stale == set(), "the Layout lists modules that do not exist"
+    folders = {path.parent.relative_to(ROOT).as_posix() + "/" for path in PACKAGE.rglob("__init__.py")}
+    inits = {f"{folder}__init__.py" for folder in folders if folder != "slime_strands/"}
+    assert (modules | folders) - inits - listed == set(), (
+        "modules missing from the Layout in docs/architecture.md"
+    )
+    assert listed - modules - folders == set(), "the Layout lists modules that do not exist"
 
 
 def test_the_settings_table_lists_every_setting():

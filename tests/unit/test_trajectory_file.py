@@ -9,12 +9,13 @@ import json
 import pytest
 
 from slime_strands.cli.errors import CommandError
-from slime_strands.cli.eval.digest import ConfigDigest
 from slime_strands.cli.trajectory_keys import find_row, latest_rows
+from slime_strands.trajectories.config_digest import ConfigDigest
 from slime_strands.trajectories.file import (
     SCHEMA,
     Span,
     TokenSegment,
+    TrajectoryFileError,
     TrajectoryRow,
     TrajectoryWriter,
     has_torn_tail,
@@ -126,7 +127,7 @@ def test_malformed_rows_are_named_by_line(tmp_path, mutate, message):
     mutate(data)
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(make_row().to_json()) + "\n" + json.dumps(data) + "\n")
-    with pytest.raises(CommandError, match="not a trajectory row") as raised:
+    with pytest.raises(TrajectoryFileError, match="not a trajectory row") as raised:
         list(iter_rows(path))
     assert str(raised.value).startswith(f"{path}:2: ") and message in str(raised.value)
     assert "slime-strands eval --out" in raised.value.hint
@@ -161,7 +162,7 @@ def test_find_row_errors(tmp_path):
     with pytest.raises(CommandError) as raised:
         find_row(empty, "0")
     assert "no trajectories" in str(raised.value) and "run `slime-strands eval" in raised.value.hint
-    with pytest.raises(CommandError, match="no such trajectory file"):
+    with pytest.raises(TrajectoryFileError, match="no such trajectory file"):
         find_row(tmp_path / "missing.jsonl", "0")
 
 
@@ -170,8 +171,8 @@ def test_a_failed_episode_row_holds_no_tokens_and_a_bounded_error():
     most ERROR_CHARS of the error (a server's error body can echo a whole request)."""
     from slime_strands.agent.record import EpisodeRecord, Termination
     from slime_strands.cli.eval.data import EvalPrompt
+    from slime_strands.cli.eval.rows import ERROR_CHARS, episode_row
     from slime_strands.provider.token_manager import TokenManager
-    from slime_strands.trajectories.file import ERROR_CHARS
 
     prompt_only = TokenManager()
     prompt_only.add_prompt(list(range(50_000)))
@@ -186,7 +187,7 @@ def test_a_failed_episode_row_holds_no_tokens_and_a_bounded_error():
     )
     prompt = EvalPrompt(index=0, line=1, prompt=[{"role": "user", "content": "q"}], label="1", dataset="d")
     config = ConfigDigest("s" * 16, "p" * 16, "t" * 16, "o" * 16, "m" * 16)
-    row = TrajectoryRow.from_episode(
+    row = episode_row(
         prompt, 0, record, 0.0, tokenizer="tok", tools=None, chat_template_kwargs={}, config=config
     )
     assert row.segments == [] and row.messages == [] and row.prompt == prompt.prompt

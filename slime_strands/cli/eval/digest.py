@@ -16,33 +16,21 @@ Five parts, each a short SHA-256 of a canonical JSON text, so that the refusal c
   way).
 
 ``--n``, ``--limit``, ``--concurrency``, ``--out`` and wandb change which trajectories run, not what one is;
-the data is checked row by row (``prompt_digest``).
+the data is checked row by row (``prompt_digest``). The digests themselves are the row's record
+(:class:`~slime_strands.trajectories.config_digest.ConfigDigest`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ...provider.client import SGLangClient, SGLangError
 from ...settings import PluginSettings
 
-__all__ = ["PARTS", "ConfigDigest", "served_model", "settings_part", "tokenizer_part"]
-
-PARTS = {
-    "settings": "the plugin settings (--config)",
-    "sampling": "the sampling params (--temperature, --top-p, --max-response-len, --sampling-param, "
-    "strands.sampling_params)",
-    "tokenizer": "the tokenizer or its chat template (--tokenizer)",
-    "tools": "the tools (strands.tools)",
-    "model": "the served model (its /v1/models id, weight version or context window)",
-}
-"""Each part of the digest and what it covers, as the refusal names it."""
+__all__ = ["served_model", "settings_part", "tokenizer_part", "tools_part"]
 
 _NOT_TRAJECTORY = frozenset(
     {
@@ -68,48 +56,6 @@ _NOT_TRAJECTORY = frozenset(
         "sampling_params",
     }
 )
-
-
-@dataclass(frozen=True)
-class ConfigDigest:
-    """The digests of one eval configuration, part by part (see the module docstring)."""
-
-    settings: str
-    sampling: str
-    tokenizer: str
-    tools: str
-    model: str
-
-    @classmethod
-    def of(
-        cls,
-        *,
-        settings: Any,
-        sampling: Any,
-        tokenizer: Any,
-        tools: Any,
-        model: Any,
-    ) -> ConfigDigest:
-        """Digests of JSON-able descriptions of each part."""
-        return cls(_digest(settings), _digest(sampling), _digest(tokenizer), _digest(tools), _digest(model))
-
-    def to_json(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Any) -> ConfigDigest | None:
-        """The digest a row holds; None for a row without one (written by an older slime-strands)."""
-        if not isinstance(data, Mapping) or set(data) != set(PARTS):
-            return None
-        return cls(**{name: str(data[name]) for name in PARTS})
-
-    def differences(self, other: ConfigDigest | None) -> list[str]:
-        """What differs from ``other``, in the words of :data:`PARTS` (every part when ``other`` is None)."""
-        return [
-            text
-            for name, text in PARTS.items()
-            if other is None or getattr(self, name) != getattr(other, name)
-        ]
 
 
 def settings_part(settings: PluginSettings) -> dict[str, Any]:
@@ -159,8 +105,3 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
             _flatten(item, f"{prefix}{field.name}.", out)
         else:
             out[prefix + field.name] = dict(item) if isinstance(item, Mapping) else item
-
-
-def _digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=list)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

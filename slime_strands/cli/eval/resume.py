@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...agent.record import Termination
+from ...trajectories.config_digest import ConfigDigest
 from ...trajectories.file import TrajectoryRow, iter_rows
 from ..errors import CommandError
 from .data import EvalPrompt
-from .digest import ConfigDigest
 
 __all__ = ["ResumedRows", "check_writable", "read_resumable"]
 

@@ -36,14 +36,16 @@ from ...provider.sampling_ranges import range_problems
 from ...reward import accuracy
 from ...settings import PluginSettings
 from ...template.render import ChatRenderer
-from ...trajectories.file import TrajectoryRow, TrajectoryWriter, row_key, template_tools
+from ...trajectories.config_digest import ConfigDigest
+from ...trajectories.file import TrajectoryRow, TrajectoryWriter, row_key
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_SERVER, CommandError
 from ..tokenizer_loading import load_tokenizer
 from .data import EvalPrompt, load_prompts
-from .digest import ConfigDigest, served_model, settings_part, tokenizer_part, tools_part
+from .digest import served_model, settings_part, tokenizer_part, tools_part
 from .progress import EvalProgress
 from .prompt_fit import check_prompts_fit
 from .resume import ResumedRows, check_writable, read_resumable
+from .rows import episode_row, template_tools
 from .server_watch import ServerGone, ServerWatch
 from .summary import DatasetSummary, Outcome, summarize
 from .wandb_log import WandbEvalLog, require_wandb
@@ -308,7 +310,7 @@ class _Evaluator:
                 # failed with the server gone: not a FAILED row; the rerun runs this episode again
                 raise ServerGone(self.options.base_url)
             reward = await self._reward(prompt, record)
-            row = TrajectoryRow.from_episode(
+            row = episode_row(
                 prompt,
                 sample,
                 record,
@@ -414,7 +416,7 @@ class _Sinks:
 
 @dataclass
 class _GradedSample:
-    """The Sample fields slime's reward functions read, filled as ``sample_writer.write_sample`` fills them."""
+    """The Sample fields slime's reward functions read, filled as ``_slime.sample_writer.write_sample`` fills them."""
 
     index: int
     label: str
