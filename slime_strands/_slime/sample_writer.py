@@ -15,12 +15,16 @@ An episode of several trajectory segments (compaction, collected sub-agents) bec
 (:func:`write_samples`), each written exactly like a whole episode from its own trajectory: its own prompt,
 tokens, loss mask, logprobs, status, top-p spans and routed experts. Bad replay data in any segment makes
 the whole episode one FAILED sample.
+
+The episode record is frozen: a writer that turns an episode FAILED returns the new record (the one it saved
+in ``sample.metadata``) instead of changing the caller's, and the caller goes on with what it got back.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +36,14 @@ from ..agent.record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from ..errors import SlimeStrandsError
 from ..provider.token_manager import TokenManager
 
-__all__ = ["ReplayError", "SampleContract", "reset_for_generation", "write_sample", "write_samples"]
+__all__ = [
+    "ReplayError",
+    "SampleContract",
+    "Written",
+    "reset_for_generation",
+    "write_sample",
+    "write_samples",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +70,15 @@ class SampleContract:
     mask_offpolicy: bool = False
     """``--partial-rollout --mask-offpolicy-in-partial-rollout``: tokens written before the episode's last
     continuation (``SegmentRecord.carried_tokens``) get loss mask 0, their logprobs kept (as slime masks)."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_samples` wrote: the samples, and the episode's record as written (FAILED when the
+    replay data did not fit)."""
+
+    samples: tuple[Any, ...]
+    record: EpisodeRecord
 
 
 def reset_for_generation(sample: Any) -> int:
@@ -98,10 +118,12 @@ def reset_for_generation(sample: Any) -> int:
     return attempts
 
 
-def write_sample(sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any) -> None:
+def write_sample(
+    sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any
+) -> EpisodeRecord:
     """Fill ``sample`` from ``record`` (after :func:`reset_for_generation`) with the episode's last segment (all
-    of it when it has one), then save the record in ``sample.metadata``. A trajectory whose replay data is
-    incomplete turns the record FAILED."""
+    of it when it has one), then save the record in ``sample.metadata``; returns the record saved. A trajectory
+    whose replay data is incomplete makes it a FAILED record (``record`` itself is never changed)."""
     if len(record.segments) > 1:
         record = record.for_segment(len(record.segments) - 1)
     if record.trajectory is not None and record.termination is not Termination.FAILED:
@@ -110,23 +132,23 @@ def write_sample(sample: Any, record: EpisodeRecord, contract: SampleContract, t
         try:
             _write_trajectory(sample, record.trajectory, contract if trains else None, carried)
         except ReplayError as exc:
-            _fail(sample, record, exc)
+            record = _failed(sample, record, exc)
         else:
             sample.response = record.response
     if record.termination is Termination.FAILED:
         _write_failed(sample, record.trajectory, contract, tokenizer)
     _label(sample, record, record.outcome.status, contract)
     sample.non_generation_time = float(sample.non_generation_time or 0.0) + record.tool_time_s
+    return record
 
 
-def write_samples(sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any) -> list[Any]:
+def write_samples(sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any) -> Written:
     """One sample per trajectory segment of an episode slime trains on, in ``record.segments`` order (the
-    episode's last segment is ``sample`` itself, the others copies of it); a single sample (in a list) for
-    an episode of one segment or one slime does not train on. The episode's tool time is counted once, on
-    the last sample."""
+    episode's last segment is ``sample`` itself, the others copies of it); a single sample for an episode of
+    one segment or one slime does not train on. The episode's tool time is counted once, on the last sample.
+    Bad replay data in any segment makes the whole episode one FAILED sample (and a FAILED record)."""
     if len(record.segments) < 2 or not record.outcome.trains:
-        write_sample(sample, record, contract, tokenizer)
-        return [sample]
+        return Written((sample,), write_sample(sample, record, contract, tokenizer))
     last = len(record.segments) - 1
     samples = [copy.deepcopy(sample) for _ in range(last)] + [sample]
     try:
@@ -134,19 +156,18 @@ def write_samples(sample: Any, record: EpisodeRecord, contract: SampleContract, 
             assert segment.trajectory is not None
             _write_trajectory(target, segment.trajectory, contract, segment.carried_tokens)
     except ReplayError as exc:  # the FAILED layout resets what the appender touched
-        _fail(sample, record, exc)
-        write_sample(sample, record, contract, tokenizer)
-        return [sample]
+        failed = write_sample(sample, _failed(sample, record, exc), contract, tokenizer)
+        return Written((sample,), failed)
     for index, (target, segment) in enumerate(zip(samples, record.segments, strict=True)):
         target.response = segment.response
         _label(target, record.for_segment(index), segment.status, contract)
     sample.non_generation_time = float(sample.non_generation_time or 0.0) + record.tool_time_s
-    return samples
+    return Written(tuple(samples), record.for_segment(last))
 
 
-def _fail(sample: Any, record: EpisodeRecord, exc: ReplayError) -> None:
+def _failed(sample: Any, record: EpisodeRecord, exc: ReplayError) -> EpisodeRecord:
     logger.error("slime-strands: sample %s FAILED: %s", getattr(sample, "index", "?"), exc)
-    record.termination, record.error = Termination.FAILED, f"ReplayError: {exc}"
+    return dataclasses.replace(record, termination=Termination.FAILED, error=f"ReplayError: {exc}")
 
 
 def _label(sample: Any, record: EpisodeRecord, status: str, contract: SampleContract) -> None:

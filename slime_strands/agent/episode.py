@@ -120,8 +120,7 @@ async def run_episode(
         # aborted before it went on: an episode to continue is written (and saved) as its checkpoint left it
         termination, error = (Termination.ABORTED, None) if stopped else await _run(episode, settings)
         record = await _summarize(episode, spec, termination, error)
-    record.wall_time_s = time.perf_counter() - started
-    return record
+    return dataclasses.replace(record, wall_time_s=time.perf_counter() - started)
 
 
 def _signal(should_stop: Callable[[], bool]) -> AbortSignal:
@@ -382,7 +381,9 @@ async def _summarize(
     parse_errors: Counter[str] = Counter()
     for s in stats:
         parse_errors.update(s.parse_errors)
-    record = EpisodeRecord(
+    last = segments[-1] if segments else None  # the main agent's last segment: its answer is the response
+    messages = tuple(episode.agent.messages)  # before a checkpoint's capture cuts what a cancel appended
+    return EpisodeRecord(
         termination,
         evaluation=spec.evaluation,
         error=error,
@@ -390,7 +391,7 @@ async def _summarize(
         tool_iters=episode.limiter.tool_iter_count,
         tool_calls=episode.limiter.tool_call_count,
         tool_errors=episode.tool_stats.errors,
-        parse_errors=dict(parse_errors),
+        parse_errors=parse_errors,
         tool_time_s=episode.tool_stats.seconds,
         generation_time_s=model.stats.generation_time_s,
         client_overhead_s=model.stats.overhead_s,
@@ -400,26 +401,30 @@ async def _summarize(
         response_tokens=sum(s.response_length for s in segments),
         generated_tokens=sum(s.generated_tokens for s in segments),
         segments=segments,
-        trajectory=model.token_manager,
+        final_turn_chars=None if last is None else last.final_turn_chars,
+        trajectory=model.token_manager if last is None else last.trajectory,
+        response="" if last is None else last.response,
         system_prompt=episode.agent.system_prompt,
-        messages=list(episode.agent.messages),
+        messages=messages,
+        continuations=episode.continuations,
+        turns_saved=episode.turns_saved,
+        checkpoint=_checkpoint(episode, termination),
+    )
+
+
+def _checkpoint(episode: _Episode, termination: Termination) -> EpisodeCheckpoint | None:
+    """What an episode slime aborted needs to continue (None for any other end)."""
+    if termination is not Termination.ABORTED or episode.guard is None:
+        return None
+    return capture(
+        model=episode.model,
+        agent=episode.agent,
+        guard=episode.guard,
+        segments=episode.segments,
+        compactor=episode.compactor,
         continuations=episode.continuations,
         turns_saved=episode.turns_saved,
     )
-    if termination is Termination.ABORTED and episode.guard is not None:
-        record.checkpoint = capture(
-            model=model,
-            agent=episode.agent,
-            guard=episode.guard,
-            segments=episode.segments,
-            compactor=episode.compactor,
-            continuations=episode.continuations,
-            turns_saved=episode.turns_saved,
-        )
-    if segments:
-        record.trajectory, record.response = segments[-1].trajectory, segments[-1].response
-        record.final_turn_chars = segments[-1].final_turn_chars
-    return record
 
 
 async def _decoded(segments: list[SegmentRecord], model: SGLangModel) -> list[SegmentRecord]:

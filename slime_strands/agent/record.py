@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping
+import types
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -182,9 +183,15 @@ class SegmentRecord:
         return cls(**values)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EpisodeRecord:
-    """One episode: how it ended, what it cost, and (in memory only) its trajectory."""
+    """One episode: how it ended, what it cost, and (in memory only) its trajectory.
+
+    Frozen: whoever changes how an episode ended (a writer that finds its replay data broken, the rollout that
+    adds its attempts and wall time) makes a new record with :func:`dataclasses.replace` and hands it on, so a
+    record a caller holds never changes under it. ``parse_errors`` is a read-only mapping, ``segments`` and
+    ``messages`` tuples, whatever was passed in.
+    """
 
     termination: Termination
     evaluation: bool = False
@@ -196,7 +203,7 @@ class EpisodeRecord:
     tool_iters: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
-    parse_errors: dict[str, int] = field(default_factory=dict)
+    parse_errors: Mapping[str, int] = field(default_factory=lambda: types.MappingProxyType({}))
     tool_time_s: float = 0.0
     generation_time_s: float = 0.0
     client_overhead_s: float = 0.0
@@ -221,7 +228,7 @@ class EpisodeRecord:
     offpolicy_masked_tokens: int = 0
     """Generated tokens written before the last continuation that ``--mask-offpolicy-in-partial-rollout``
     took out of the loss (their loss mask 0)."""
-    segments: list[SegmentRecord] = field(default_factory=list)
+    segments: Sequence[SegmentRecord] = ()
     """The episode's trajectory segments, in sample order (empty when nothing was generated)."""
     segment: int | None = None
     """Which of ``segments`` this sample holds; None when the sample holds the whole episode (one segment)."""
@@ -232,11 +239,16 @@ class EpisodeRecord:
     """The decoded response of that segment (special tokens kept); it becomes ``sample.response``, so it is not
     saved twice."""
     system_prompt: str | None = field(default=None, repr=False, compare=False)
-    messages: list[Mapping[str, Any]] = field(default_factory=list, repr=False, compare=False)
+    messages: Sequence[Mapping[str, Any]] = field(default=(), repr=False, compare=False)
     """The agent's conversation (Strands messages, system prompt apart): the agent's view for inspection,
     never the training data (the trajectory is); not saved."""
     checkpoint: EpisodeCheckpoint | None = field(default=None, repr=False, compare=False)
     """What an ABORTED episode needs to continue (``slime_strands.agent.resume``); saved apart from the record."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "parse_errors", types.MappingProxyType(dict(self.parse_errors)))
+        object.__setattr__(self, "segments", tuple(self.segments))
+        object.__setattr__(self, "messages", tuple(self.messages))
 
     @property
     def outcome(self) -> Outcome:
