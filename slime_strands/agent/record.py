@@ -308,13 +308,17 @@ class EpisodeRecord:
         return out
 
     @classmethod
-    def from_metadata(cls, data: Mapping[str, Any]) -> EpisodeRecord:
-        """Read back :meth:`to_metadata`; raises :class:`MalformedRecordError` on anything else."""
+    def from_metadata(cls, data: Mapping[str, Any], *, unknown_keys: bool = False) -> EpisodeRecord:
+        """Read back :meth:`to_metadata`; raises :class:`MalformedRecordError` on anything else. With
+        ``unknown_keys`` a key this version does not know is ignored (a counter a later version added, in a
+        file it wrote) instead of refused."""
         if not isinstance(data, Mapping):
             raise MalformedRecordError(f"expected a mapping, got {type(data).__name__}")
         names = {f.name: f for f in dataclasses.fields(cls) if f.name not in _NOT_SAVED}
         unknown = sorted(set(data) - set(names))
-        if unknown:
+        if unknown and unknown_keys:
+            data = {name: value for name, value in data.items() if name in names}
+        elif unknown:
             raise MalformedRecordError(f"unknown episode record key(s) {unknown}")
         if "termination" not in data:
             raise MalformedRecordError("an episode record needs a termination")

@@ -176,8 +176,8 @@ def _list_rows(path: str) -> int:
     header = ["key", "dataset", "reward", "status", "termination", "turns", "tool_calls", "tokens"]
     latest = latest_rows(path)
     rows = [
-        [row.key, row.dataset, f"{row.reward:g}", row.status, row.termination, str(row.metrics.get("turns", 0)),
-         str(row.metrics.get("tool_calls", 0)), str(sum(len(s) for s in row.segments))]
+        [row.key, row.dataset, f"{row.reward:g}", row.status, row.termination, str(row.record.turns),
+         str(row.record.tool_calls), str(sum(len(s) for s in row.segments))]
         for _, row in latest
     ]  # fmt: skip
     print(format_columns(header, rows, left=len(header), rule=False))

@@ -19,6 +19,10 @@ A line (schema ``slime-strands/trajectory/v1``)::
      "response": "...", "reward": 1.0, "status": "COMPLETED", "termination": "end_turn", "error": null,
      "metrics": {"turns": 2, "tool_calls": 1, "parse_errors": {}, ...}}   # the episode record's counters
 
+In memory the row holds the typed episode record (:class:`~slime_strands.agent.record.EpisodeRecord`, without
+its trajectory): ``termination``, ``error`` and ``metrics`` of a line are that record, saved. A counter this
+version does not know (written by a later one) is ignored when reading.
+
 ``segments`` holds one entry per context window the episode used: an ordinary episode has exactly one (none
 when it generated nothing: a prompt alone is no trajectory); an episode whose history was compacted has one
 per window, in order, each an exact token-in/token-out sequence of its own, and ``messages`` is then the
@@ -40,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..agent.record import EpisodeRecord
 from ..errors import InputError
 from .config_digest import ConfigDigest
 
@@ -115,13 +120,22 @@ class TrajectoryRow:
     response: str
     reward: float
     status: str
-    termination: str
-    error: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
+    record: EpisodeRecord
+    """The episode's record: how it ended and its counters (no trajectory: the segments hold it)."""
     tools: list[dict[str, Any]] | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     config: ConfigDigest | None = None
     """What configuration made the row (None in rows written before rows carried it)."""
+
+    @property
+    def termination(self) -> str:
+        """How the episode ended (a :class:`~slime_strands.agent.record.Termination` value)."""
+        return self.record.termination.value
+
+    @property
+    def error(self) -> str | None:
+        """Why a FAILED episode failed."""
+        return self.record.error
 
     @property
     def correct(self) -> bool:
@@ -161,7 +175,7 @@ class TrajectoryRow:
             "status": self.status,
             "termination": self.termination,
             "error": self.error,
-            "metrics": self.metrics,
+            "metrics": {k: v for k, v in self.record.to_metadata().items() if k not in _TOP_LEVEL},
         }
 
     @classmethod
@@ -191,9 +205,7 @@ class TrajectoryRow:
             response=str(data["response"]),
             reward=float(data["reward"]),
             status=str(data["status"]),
-            termination=str(data["termination"]),
-            error=data.get("error"),
-            metrics=dict(data.get("metrics") or {}),
+            record=_record(data),
             tools=data.get("tools"),
             chat_template_kwargs=dict(data.get("chat_template_kwargs") or {}),
             config=ConfigDigest.from_json(data.get("config")),
@@ -216,6 +228,15 @@ _REQUIRED = (
     "status",
     "termination",
 )
+
+
+def _record(data: Mapping[str, Any]) -> EpisodeRecord:
+    """The episode record of a row: its ``metrics`` with ``termination`` and ``error`` beside them."""
+    metrics = data.get("metrics") or {}
+    if not isinstance(metrics, Mapping):
+        raise ValueError(f"metrics must be an object, got {metrics!r}")
+    saved = {**metrics, "termination": data["termination"], "error": data.get("error"), "evaluation": True}
+    return EpisodeRecord.from_metadata(saved, unknown_keys=True)
 
 
 def _int(data: Mapping[str, Any], name: str) -> int:

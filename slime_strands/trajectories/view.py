@@ -94,11 +94,11 @@ class TrajectoryView:
 
     @property
     def headline(self) -> str:
-        row, metrics = self.row, self.row.metrics
-        calls = int(metrics.get("tool_calls", 0))
+        row = self.row
+        calls = row.record.tool_calls
         return (
             f"trajectory {row.key} · dataset {row.dataset} · reward {row.reward:g} · {row.status} "
-            f"({row.termination}) · {int(metrics.get('turns', 0))} turns · {calls} tool call{'s' * (calls != 1)} · "
+            f"({row.termination}) · {row.record.turns} turns · {calls} tool call{'s' * (calls != 1)} · "
             f"{sum(s.tokens for s in self.segments)} tokens, {sum(s.trained for s in self.segments)} trained"
         )
 

@@ -167,7 +167,7 @@ def test_the_window_is_checked_to_the_token(tokenizer, tmp_path, capsys, room):
             (row,) = read_rows(out)
             check_row(row, srv)
             assert row.status == "TRUNCATED" and row.termination == "context_full"
-            assert len(row.segments[0]) == window and row.metrics["generated_tokens"] == 1
+            assert len(row.segments[0]) == window and row.record.generated_tokens == 1
         else:
             assert code == 2 and f"line 1 ({window} tokens)" in error_line(stderr, "eval")
             assert not srv.generate_requests

@@ -7,13 +7,14 @@ eval's prompt, the episode record and the chat template's message form, which li
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...agent.record import EpisodeRecord
 from ...template.render import to_template_messages, to_template_tools
 from ...trajectories.config_digest import ConfigDigest
-from ...trajectories.file import _TOP_LEVEL, Span, TokenSegment, TrajectoryRow, row_key
+from ...trajectories.file import Span, TokenSegment, TrajectoryRow, row_key
 from .data import EvalPrompt
 
 __all__ = ["ERROR_CHARS", "episode_row", "template_tools"]
@@ -41,8 +42,8 @@ def episode_row(
     """The row of sample ``sample`` of ``prompt``: its episode's conversation, token segments and record;
     ``config``: the digests of the configuration that ran it (what an eval resume checks: a row without them is
     not resumed)."""
-    saved = record.to_metadata()
     segments = _segments(record)
+    kept = dataclasses.replace(record, error=_bounded(record.error))
     return TrajectoryRow(
         key=row_key(prompt.index, sample),
         prompt_index=prompt.index,
@@ -57,9 +58,7 @@ def episode_row(
         response=record.response,
         reward=float(reward),
         status=record.outcome.status,
-        termination=record.termination.value,
-        error=_bounded(record.error),
-        metrics={k: v for k, v in saved.items() if k not in _TOP_LEVEL},
+        record=EpisodeRecord.from_metadata(kept.to_metadata()),  # what the file keeps: no trajectory
         tools=tools,
         chat_template_kwargs=dict(chat_template_kwargs),
         config=config,

@@ -46,17 +46,17 @@ class Outcome:
 
     @classmethod
     def of(cls, row: TrajectoryRow) -> Outcome:
-        metrics = row.metrics
+        record = row.record
         return cls(
             key=row.key,
             prompt_index=row.prompt_index,
             dataset=row.dataset,
             correct=row.correct,
             status=row.status,
-            turns=int(metrics.get("turns", 0)),
-            tool_calls=int(metrics.get("tool_calls", 0)),
-            parse_errors=sum(int(v) for v in (metrics.get("parse_errors") or {}).values()),
-            generated_tokens=int(metrics.get("generated_tokens", 0)),
+            turns=record.turns,
+            tool_calls=record.tool_calls,
+            parse_errors=sum(record.parse_errors.values()),
+            generated_tokens=record.generated_tokens,
             error=row.error,
         )
 

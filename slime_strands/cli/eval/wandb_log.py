@@ -77,7 +77,6 @@ class WandbEvalLog:
 
     def add(self, row: TrajectoryRow) -> None:
         """Keep the row's table entry (a key seen again, a retried trajectory, replaces the earlier one)."""
-        metrics = row.metrics
         prompt = row.prompt[-1].get("content", "") if row.prompt else ""
         self._rows[(row.prompt_index, row.sample)] = [
             row.key,
@@ -88,9 +87,9 @@ class WandbEvalLog:
             row.reward,
             row.status,
             row.termination,
-            int(metrics.get("turns", 0)),
-            int(metrics.get("tool_calls", 0)),
-            int(metrics.get("generated_tokens", 0)),
+            row.record.turns,
+            row.record.tool_calls,
+            row.record.generated_tokens,
         ]
 
     def finish(self, summaries: Sequence[DatasetSummary], *, exit_code: int = 0) -> None:
