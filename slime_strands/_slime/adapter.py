@@ -8,7 +8,6 @@ RolloutManager holds one ``args``). slime is imported lazily and only where it e
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,8 +15,9 @@ from ..agent.episode import EpisodeSpec
 from ..agent.runtime import Runtime
 from ..errors import ConfigurationError
 from ..provider.client import SGLangClient
-from ..settings import PluginSettings, settings_from_args
+from ..settings import PluginSettings
 from .advantage import CENTERED_ESTIMATORS
+from .config import SlimeConfig
 from .partial_rollout import offpolicy_masking
 from .sample_writer import SampleContract
 
@@ -72,45 +72,16 @@ def _rollout_num_engines(args: Any) -> int:
 def runtime_for(args: Any) -> Runtime:
     """The runtime of this configuration, built (and its slime flags checked) on first use.
 
-    Raises ConfigurationError for invalid plugin settings and for slime flags the plugin cannot honour.
+    Raises ConfigurationError for invalid plugin settings and for slime flags the plugin cannot honour
+    (both checked once per ``args``: :class:`~slime_strands._slime.config.SlimeConfig`).
     """
-    settings = settings_from_args(args)
-    _check_flags(args)
+    settings = SlimeConfig.of(args).settings
     key = (_router_url(args), _pool_size(args), settings, _arg(args, "hf_checkpoint"))
     runtime = _RUNTIMES.get(key)
     if runtime is None:
         client = client_from_slime_args(args, settings)
         runtime = _RUNTIMES[key] = Runtime(settings, client, tokenizer_path=_arg(args, "hf_checkpoint"))
     return runtime
-
-
-def _check_flags(args: Any) -> None:
-    problems = []
-    if _arg(args, "apply_chat_template"):
-        problems.append("--apply-chat-template is set")
-    for cfg in _arg(args, "eval_datasets") or []:
-        value = (
-            cfg.get("apply_chat_template")
-            if isinstance(cfg, Mapping)
-            else getattr(cfg, "apply_chat_template", None)
-        )
-        if value:
-            name = cfg.get("name") if isinstance(cfg, Mapping) else getattr(cfg, "name", "?")
-            problems.append(f"eval dataset {name!r} sets apply_chat_template")
-    if problems:
-        raise ConfigurationError(
-            f"{'; '.join(problems)}: slime would render each prompt to text with the chat template before "
-            "generate sees it, and the agent would wrap that text in the template a second time (without its "
-            "tools and system prompt). Remove it: slime-strands renders prompts itself; template options go in "
-            "--apply-chat-template-kwargs or a sample's apply_chat_template_kwargs."
-        )
-    if _arg(args, "use_rollout_routing_replay") and not (
-        _arg(args, "num_layers") and _arg(args, "moe_router_topk")
-    ):
-        raise ConfigurationError(
-            "--use-rollout-routing-replay needs args.num_layers and args.moe_router_topk (the model's Megatron "
-            "arguments) to lay out the routed experts"
-        )
 
 
 def check_fanout_flags(args: Any) -> None:
@@ -228,22 +199,14 @@ def episode_spec(
 
 
 def template_kwargs(args: Any, sample: Any) -> dict[str, Any]:
-    """Chat-template variables: ``--apply-chat-template-kwargs``, then the sample's own
-    ``apply_chat_template_kwargs`` (which win)."""
-    merged: dict[str, Any] = {}
-    for source in (
-        _arg(args, "apply_chat_template_kwargs"),
-        getattr(sample, "apply_chat_template_kwargs", None),
-    ):
-        if isinstance(source, str):  # slime parses the flag with json.loads, but a config file may not
-            try:
-                source = json.loads(source or "{}")
-            except ValueError as exc:
-                raise ConfigurationError(f"--apply-chat-template-kwargs is not JSON: {exc}") from exc
-        if source:
-            if not isinstance(source, Mapping):
-                raise ConfigurationError(f"apply_chat_template_kwargs must be a mapping, got {source!r}")
-            merged.update(source)
+    """Chat-template variables: ``--apply-chat-template-kwargs`` (parsed once per ``args``), then the sample's
+    own ``apply_chat_template_kwargs`` (which win)."""
+    merged = dict(SlimeConfig.of(args).template_kwargs)
+    own = getattr(sample, "apply_chat_template_kwargs", None)
+    if own:
+        if not isinstance(own, Mapping):
+            raise ConfigurationError(f"a sample's apply_chat_template_kwargs must be a mapping, got {own!r}")
+        merged.update(own)
     return merged
 
 
