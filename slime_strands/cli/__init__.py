@@ -228,7 +228,7 @@ def _drift(ns: argparse.Namespace) -> int:
 
 def _check_template(ns: argparse.Namespace) -> int:
     """Per thinking mode: the family, the tool parser, how a turn ends, and whether token-in/token-out is safe."""
-    from ..template.probe import check_template
+    from .checks import check_template
     from .tokenizer_loading import load_tokenizer
 
     tokenizer = load_tokenizer(ns.tokenizer)

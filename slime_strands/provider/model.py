@@ -31,8 +31,9 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
 from ..errors import SlimeStrandsError
+from ..template.messages import to_template_messages, to_template_tools
 from ..template.probe import select_tool_parser
-from ..template.render import ChatRenderer, to_template_messages, to_template_tools
+from ..template.render import ChatRenderer
 from ..tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
 from ..tool_parsers.base import ParseErrorKind
 from .abort_signal import AbortSignal

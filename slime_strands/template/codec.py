@@ -31,12 +31,12 @@ reproduce their added-token ids, use transformers' own calls.
 from __future__ import annotations
 
 import logging
-import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
-from slime_strands.template.tiktoken_bpe import TiktokenBPE
+from ._per_tokenizer import PerTokenizer
+from .tiktoken_bpe import TiktokenBPE
 
 __all__ = ["GIL_RELEASE_CHARS", "TokenCodec"]
 
@@ -52,11 +52,8 @@ class TokenCodec:
 
     Get it with :meth:`of`: one codec per tokenizer object, rebuilt when tokens are added to it."""
 
-    _cache: ClassVar[weakref.WeakKeyDictionary[Any, TokenCodec]] = weakref.WeakKeyDictionary()
-    _cache_lock: ClassVar[threading.Lock] = threading.Lock()
-
     def __init__(self, tokenizer: Any) -> None:
-        # Held weakly: the codec is the value of a WeakKeyDictionary keyed by the tokenizer, and a value that
+        # Held weakly: the codec is kept per tokenizer object (``_per_tokenizer.py``), and a value that
         # referenced its key would keep every tokenizer ever used alive (~85 MB each for Qwen3).
         self._tokenizer = _reference(tokenizer)
         self._signature = _signature(tokenizer)
@@ -74,16 +71,7 @@ class TokenCodec:
     @classmethod
     def of(cls, tokenizer: Any) -> TokenCodec:
         """The codec of ``tokenizer`` (built on first use; again after tokens were added to it)."""
-        try:
-            codec = cls._cache.get(tokenizer)
-        except TypeError:  # not weak-referenceable or not hashable: no cache
-            return cls(tokenizer)
-        if codec is None or codec._signature != _signature(tokenizer):
-            with cls._cache_lock:
-                codec = cls._cache.get(tokenizer)
-                if codec is None or codec._signature != _signature(tokenizer):
-                    codec = cls._cache[tokenizer] = cls(tokenizer)
-        return codec
+        return _CODECS.get(tokenizer, _signature(tokenizer), lambda: cls(tokenizer))
 
     @property
     def tokenizer(self) -> Any:
@@ -221,3 +209,7 @@ def _special_tokens(tokenizer: Any) -> list[str]:
     tokens |= set(getattr(tokenizer, "all_special_tokens", []))
     tokens |= set(getattr(tokenizer, "get_added_vocab", dict)().keys())
     return sorted((t for t in tokens if t), key=len, reverse=True)
+
+
+_CODECS: PerTokenizer[TokenCodec] = PerTokenizer()
+"""Codecs per tokenizer object, by vocabulary signature (a tokenizer given new tokens gets a new codec)."""

@@ -27,155 +27,31 @@ base conversation sees them); no generation prompt after tool results (DeepSeek-
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
-from ..errors import ConfigurationError
+from ._per_tokenizer import PerTokenizer
 from .codec import TokenCodec
+from .probe import (
+    BASE_ASSISTANT,
+    TemplateError,
+    TemplateFacts,
+    base_conversation,
+    check_incremental,
+    detect_facts,
+    json_arguments,
+)
 
-__all__ = [
-    "ChatRenderer",
-    "TemplateError",
-    "end_of_sequence_ids",
-    "to_template_messages",
-    "to_template_tools",
-    "tool_result_text",
-]
+__all__ = ["ChatRenderer", "TemplateError"]
 
-_BASE_USER = "Base question for incremental rendering."
-_BASE_ASSISTANT = "Base answer 7f3a9c for incremental rendering."
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-_TOOL_ROLES = ("tool", "ipython", "observation")
-_PROBE_SYSTEM = "You are a probe."
 _LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
 logger = logging.getLogger(__name__)
-
-
-class TemplateError(ConfigurationError):
-    """The tokenizer's chat template cannot be rendered incrementally (or at all) as required."""
-
-
-def tool_result_text(result: Mapping[str, Any]) -> str:
-    """Flatten a Strands toolResult's content blocks into the text the template shows the model."""
-    parts: list[str] = []
-    for block in result.get("content") or []:
-        if "text" in block:
-            parts.append(str(block["text"]))
-        elif "json" in block:
-            parts.append(json.dumps(block["json"], ensure_ascii=False))
-        elif "image" in block:
-            parts.append("[image omitted]")
-        elif "document" in block:
-            parts.append("[document omitted]")
-    return "\n".join(parts)
-
-
-def to_template_tools(tool_specs: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """Strands tool specs -> the OpenAI-style function list chat templates expect."""
-    if not tool_specs:
-        return None
-    tools = []
-    for spec in tool_specs:
-        schema = spec.get("inputSchema", {})
-        parameters = schema.get("json", schema) if isinstance(schema, Mapping) else {}
-        tools.append(
-            {
-                "type": "function",
-                "function": {
-                    "name": spec["name"],
-                    "description": spec.get("description", ""),
-                    "parameters": parameters,
-                },
-            }
-        )
-    return tools
-
-
-def to_template_messages(
-    messages: Sequence[Mapping[str, Any]],
-    tool_order: Sequence[str] | None = None,
-    tool_ids: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """Strands messages -> chat-template messages.
-
-    Every content block is kept: text blocks are joined, each toolResult becomes one ``tool`` message (in
-    ``tool_order`` when given: the order of the assistant's calls), toolUse blocks become ``tool_calls``.
-    ``tool_ids`` maps a ``toolUseId`` to the call id the model wrote (Kimi-K2's ``functions.add:0``), which
-    templates show with the result.
-    """
-    ids = tool_ids or {}
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        role = message.get("role")
-        blocks = message.get("content") or []
-        texts = [str(b["text"]) for b in blocks if "text" in b]
-        if role == "assistant":
-            calls = [
-                {
-                    "id": ids.get(b["toolUse"]["toolUseId"], b["toolUse"]["toolUseId"]),
-                    "type": "function",
-                    "function": {"name": b["toolUse"]["name"], "arguments": b["toolUse"]["input"]},
-                }
-                for b in blocks
-                if "toolUse" in b
-            ]
-            entry: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-            if calls:
-                entry["tool_calls"] = calls
-            out.append(entry)
-            continue
-        if role != "user":
-            raise TemplateError(f"unsupported message role {role!r}")
-        results = [b["toolResult"] for b in blocks if "toolResult" in b]
-        if tool_order:
-            rank = {tool_id: i for i, tool_id in enumerate(tool_order)}
-            results.sort(key=lambda r: rank.get(r.get("toolUseId", ""), len(rank)))
-        for result in results:
-            tool_use_id = result.get("toolUseId")
-            out.append(
-                {
-                    "role": "tool",
-                    "content": tool_result_text(result),
-                    "tool_call_id": ids.get(tool_use_id, tool_use_id) if tool_use_id else tool_use_id,
-                }
-            )
-        if texts or not results:
-            out.append({"role": "user", "content": "\n".join(texts)})
-    return out
-
-
-TurnEnd = Literal["closing token", "next role tag"]
-
-
-@dataclass(frozen=True)
-class TemplateFacts:
-    """What rendering found out about a chat template (cached per tokenizer, template and thinking mode)."""
-
-    stop_tokens: tuple[str, ...]
-    """Tokens that end an assistant turn (the closing token, or the role tags that may follow the turn)."""
-    stop_token_ids: tuple[int, ...]
-    turn_end: TurnEnd
-    generation_prompt: str
-    """What ``add_generation_prompt`` appends after a user turn ("" if it could not be isolated)."""
-    arguments_as: Literal["mapping", "json"]
-    """How the template wants a tool call's ``arguments``: a mapping, or a JSON string (DeepSeek-V3.1)."""
-    tool_role: str
-    """The role the template renders tool results for (``tool``, ``ipython`` or ``observation``)."""
-    parallel_calls: bool | None = None
-    """Whether the template renders several calls in one turn (None: not probed). Llama 3.2's refuses."""
-    end_tokens: tuple[str, ...] = ()
-    """The model's end-of-sequence tokens that are not stop tokens (:func:`end_of_sequence_ids`): a turn may end
-    on one."""
-    end_token_ids: tuple[int, ...] = ()
-    closing_in_place: tuple[int, ...] = ()
-    """End tokens that close a turn in place of the template's closing token (Llama 3's ``<|eom_id|>``)."""
 
 
 _SHAPES_PER_TEMPLATE = 1024
@@ -228,7 +104,7 @@ class _TemplateState:
     continuations: _Continuations
 
 
-_TEMPLATES: dict[tuple[Any, ...], _TemplateState] = {}
+_TEMPLATES: PerTokenizer[_TemplateState] = PerTokenizer()
 
 
 class ChatRenderer:
@@ -252,26 +128,28 @@ class ChatRenderer:
         if enable_thinking is not None:
             self.template_kwargs["enable_thinking"] = enable_thinking
         self.enable_thinking = self.template_kwargs.get("enable_thinking")
-        # Detection and probing cost ~20 ms of template rendering: done once per (tokenizer, template, mode),
-        # not once per trajectory (a rollout step builds hundreds of models).
-        key = (
-            id(tokenizer),
-            getattr(tokenizer, "name_or_path", ""),
-            tokenizer.chat_template,
-            repr(sorted(self.template_kwargs.items())),
-            probe,
-        )
         self._codec = TokenCodec.of(tokenizer)
         self._tools_key: tuple[Any, str] | None = None
         self._token_texts: dict[int, str] = {}
-        state = _TEMPLATES.get(key)
-        if state is None:
-            self.facts = self._detect()
-            if probe:
-                self.facts = replace(self.facts, parallel_calls=self.probe())
-            state = _TEMPLATES[key] = _TemplateState(self.facts, _Continuations())
+        # Detection and probing cost ~20 ms of template rendering: done once per (tokenizer, template, mode),
+        # not once per trajectory (a rollout step builds hundreds of models).
+        key = (tokenizer.chat_template, repr(sorted(self.template_kwargs.items())), probe)
+        state = _TEMPLATES.get(tokenizer, key, functools.partial(self._find_state, probe))
         self.facts = state.facts
         self._continuations = state.continuations
+
+    def _find_state(self, probe: bool) -> _TemplateState:
+        """The template's facts (:func:`~slime_strands.template.probe.detect_facts`), probed when asked."""
+        self.facts = detect_facts(self)
+        if probe:
+            self.facts = replace(self.facts, parallel_calls=check_incremental(self))
+        return _TemplateState(self.facts, _Continuations())
+
+    def probe(self) -> bool:
+        """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError;
+        returns whether the template renders parallel calls (see
+        :func:`~slime_strands.template.probe.check_incremental`)."""
+        return check_incremental(self)
 
     @property
     def stop_tokens(self) -> tuple[str, ...]:
@@ -305,14 +183,16 @@ class ChatRenderer:
         add_generation_prompt: bool = True,
     ) -> str:
         """Full rendering with the tokenizer's template (template-format messages and tools)."""
-        return self._apply([self._adapt(m) for m in messages], tools, add_generation_prompt)
+        return self.apply([self._adapt(m) for m in messages], tools, add_generation_prompt)
 
-    def _apply(
+    def apply(
         self,
         messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None,
         generation: bool,
     ) -> str:
+        """The tokenizer's ``apply_chat_template`` on ``messages`` as they are (no adapting), with the renderer's
+        template variables; TemplateError for whatever the template raises."""
         try:
             text = self.tokenizer.apply_chat_template(
                 list(messages),
@@ -334,7 +214,7 @@ class ChatRenderer:
         if adapted.get("role") == "tool":
             adapted["role"] = facts.tool_role
         if facts.arguments_as == "json" and adapted.get("tool_calls"):
-            adapted["tool_calls"] = [_json_arguments(call) for call in adapted["tool_calls"]]
+            adapted["tool_calls"] = [json_arguments(call) for call in adapted["tool_calls"]]
         return adapted
 
     def render_continuation(
@@ -348,8 +228,10 @@ class ChatRenderer:
         generation prompt (if the template writes one there)."""
         if not new_messages:
             raise TemplateError("nothing to render: no new messages after the assistant turn")
-        full = self.render([*self._base(system), *new_messages], tools=tools, add_generation_prompt=True)
-        return self._continuation_after(full, [_BASE_ASSISTANT])
+        full = self.render(
+            [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
+        )
+        return self.continuation_after(full, [BASE_ASSISTANT])
 
     def encode_continuation(
         self,
@@ -578,232 +460,24 @@ class ChatRenderer:
             return prompt.rfind(_THINK_OPEN) > prompt.rfind(_THINK_CLOSE)
         return prompt_text.rstrip().endswith(_THINK_OPEN)
 
-    # -- probe -----------------------------------------------------------------------------------
-
-    def probe(self) -> bool:
-        """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError.
-
-        Walks a conversation (warm-up turn, parallel tool calls, their results, an interim answer, a follow-up
-        user turn): every non-assistant block rendered with :meth:`render_continuation` must equal what the
-        full rendering puts after the preceding assistant turn, the tool results must be shown, and the token
-        ids of the pieces must concatenate without boundary drift. Templates may rewrite OLDER assistant turns
-        (Qwen3, GLM and DeepSeek drop earlier reasoning): that is allowed, since assistant tokens are never
-        re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them: the probe
-        then uses one call with two results).
-        """
-        tools = [_PROBE_TOOL]
-        parallel = True
-        conversation = _probe_conversation(calls=2)
-        try:
-            self.render(conversation, tools=tools, add_generation_prompt=False)
-        except TemplateError:
-            parallel = False
-            conversation = _probe_conversation(calls=1)
-        assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
-        for i, block_end in itertools.pairwise(assistant_at):
-            message = conversation[i]
-            markers = [message["content"]] + [
-                c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
-            ]
-            full = self.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
-            expected = self._continuation_after(full, markers)
-            got = self.render_continuation(conversation[i + 1 : block_end], system=_PROBE_SYSTEM, tools=tools)
-            if got != expected and not self._closed_in_place(expected, got):
-                raise TemplateError(
-                    "incremental rendering does not reproduce the chat template's full rendering: "
-                    f"expected {expected!r}, rendered {got!r}"
-                )
-            for shown in conversation[i + 1 : block_end]:
-                if shown["content"] not in got:
-                    raise TemplateError(
-                        f"the chat template does not show the {shown['role']} message {got!r}"
-                    )
-            cut = len(full) - len(expected)
-            if self.encode(full[:cut]) + self.encode(full[cut:]) != self.encode(full):
-                raise TemplateError(
-                    "tokenizing the template's pieces separately differs from tokenizing them together"
-                )
-        return parallel
-
-    # -- detection -------------------------------------------------------------------------------
-
-    def _detect(self) -> TemplateFacts:
-        """Stop tokens, generation prompt, tool role and arguments type, found by rendering small conversations."""
-        tool_role = self._tool_role()
-        stop_tokens = tuple(
-            dict.fromkeys(
-                self._token_after_base_turn(follow)
-                for follow in (
-                    {"role": "user", "content": "Marker follow-up?"},
-                    {"role": tool_role, "content": "42"},
-                )
-            )
-        )
-        user = [{"role": "user", "content": _BASE_USER}]
-        bare, prompted = self._apply(user, None, False), self._apply(user, None, True)
-        turn_end: TurnEnd = "closing token" if len(stop_tokens) == 1 else "next role tag"
-        end_tokens = self._end_tokens(stop_tokens)
-        closing = stop_tokens[0] if turn_end == "closing token" else None
-        return TemplateFacts(
-            stop_tokens=stop_tokens,
-            stop_token_ids=tuple(self._single_token_id(t) for t in stop_tokens),
-            turn_end=turn_end,
-            generation_prompt=prompted[len(bare) :] if prompted.startswith(bare) else "",
-            arguments_as=self._arguments_type(),
-            tool_role=tool_role,
-            end_tokens=tuple(end_tokens),
-            end_token_ids=tuple(end_tokens.values()),
-            closing_in_place=tuple(
-                i for t, i in end_tokens.items() if closing and _CLOSES_IN_PLACE_OF.get(t) == closing
-            ),
-        )
-
-    def _end_tokens(self, stop_tokens: Sequence[str]) -> dict[str, int]:
-        """The model's end-of-sequence tokens that are not stop tokens, by text (ids whose text does not encode
-        back to them alone are left out: they could not be found in rendered text)."""
-        found: dict[str, int] = {}
-        for token_id in end_of_sequence_ids(self.tokenizer):
-            text = self.decode([token_id])
-            if text not in stop_tokens and self.encode(text) == [token_id]:
-                found[text] = token_id
-        return found
-
-    def _tool_role(self) -> str:
-        """The first of ``tool`` / ``ipython`` / ``observation`` whose messages the template shows."""
-        errors = []
-        result = "Tool result 4b7e for detection."
-        for role in _TOOL_ROLES:
-            try:
-                rendered = self._apply([*self._base(None), {"role": role, "content": result}], None, True)
-            except TemplateError as exc:
-                errors.append(exc)
-                continue
-            if result in rendered:
-                return role
-        if len(errors) == len(_TOOL_ROLES):
-            raise errors[0]
-        raise TemplateError(
-            f"the chat template does not render tool results (tried roles {list(_TOOL_ROLES)})"
-        )
-
-    def _token_after_base_turn(self, follow: Mapping[str, Any]) -> str:
-        """The special token the template writes right after an assistant turn when ``follow`` comes next."""
-        rendered = self._apply([*self._base(None), follow], None, True)
-        at = rendered.rfind(_BASE_ASSISTANT)
-        if at < 0:
-            raise TemplateError("the chat template dropped the assistant's content")
-        tail = rendered[at + len(_BASE_ASSISTANT) :]
-        lead = next((t for t in self.special_tokens if tail.startswith(t)), None)
-        if lead is None:
-            raise TemplateError(
-                f"cannot find the end-of-turn token after an assistant turn (template renders {tail[:80]!r})"
-            )
-        return lead
-
-    def _arguments_type(self) -> Literal["mapping", "json"]:
-        user: dict[str, Any] = {"role": "user", "content": _BASE_USER}
-        call = _probe_call(0)
-        try:
-            self._apply(
-                [user, {"role": "assistant", "content": "", "tool_calls": [call]}], [_PROBE_TOOL], False
-            )
-            return "mapping"
-        except TemplateError as mapping_error:
-            as_json = {"role": "assistant", "content": "", "tool_calls": [_json_arguments(call)]}
-            try:
-                self._apply([user, as_json], [_PROBE_TOOL], False)
-            except TemplateError:
-                raise mapping_error from None
-            return "json"
-
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _base(self, system: str | None) -> list[dict[str, Any]]:
-        base: list[dict[str, Any]] = [
-            {"role": "user", "content": _BASE_USER},
-            {"role": "assistant", "content": _BASE_ASSISTANT},
-        ]
-        return [{"role": "system", "content": system}, *base] if system else base
-
-    def _continuation_after(self, rendered: str, markers: Sequence[str]) -> str:
+    def continuation_after(self, rendered: str, markers: Sequence[str]) -> str:
         """The rendering from the stop token that ends the assistant turn holding ``markers`` on."""
         ends = [rendered.rfind(m) + len(m) for m in markers if m and m in rendered]
         if not ends:
             raise TemplateError(f"the chat template dropped assistant content {markers[0]!r}")
         at = max(ends)
-        closers = (*self.stop_tokens, *self._in_place_texts)
+        closers = (*self.stop_tokens, *self.closing_in_place_texts)
         found = [p for p in (rendered.find(t, at) for t in closers) if p >= 0]
         if not found:
             raise TemplateError(f"no end-of-turn token {list(self.stop_tokens)} after an assistant turn")
         return rendered[min(found) :]
 
     @property
-    def _in_place_texts(self) -> tuple[str, ...]:
+    def closing_in_place_texts(self) -> tuple[str, ...]:
+        """The texts of the end tokens that close a turn in place of the template's closing token."""
         return tuple(self._token_text(i) for i in self.facts.closing_in_place)
-
-    def _closed_in_place(self, expected: str, got: str) -> bool:
-        """``expected`` is ``got`` with its closing token written as one that closes in its place (Llama 3.1's
-        template renders ``<|eom_id|>`` after a tool call in ipython mode; a continuation starts at ``<|eot_id|>``
-        and drops it after a turn that ended on ``<|eom_id|>``)."""
-        closing = self.end_of_turn
-        return got.startswith(closing) and any(
-            expected.startswith(t) and expected[len(t) :] == got[len(closing) :] for t in self._in_place_texts
-        )
-
-    def _single_token_id(self, text: str) -> int:
-        ids = self.encode(text)
-        if len(ids) != 1:
-            raise TemplateError(f"end-of-turn text {text!r} is not a single token ({ids})")
-        return ids[0]
-
-
-_PROBE_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "probe_tool",
-        "description": "A probe tool.",
-        "parameters": {
-            "type": "object",
-            "properties": {"x": {"type": "integer"}, "note": {"type": "string"}},
-            "required": ["x", "note"],
-        },
-    },
-}
-
-
-def _probe_call(n: int) -> dict[str, Any]:
-    return {
-        "id": f"functions.probe_tool:{n}",
-        "type": "function",
-        "function": {"name": "probe_tool", "arguments": {"x": n + 1, "note": f"probe call {n} e2c4"}},
-    }
-
-
-def _probe_conversation(calls: int) -> list[dict[str, Any]]:
-    return [
-        {"role": "system", "content": _PROBE_SYSTEM},
-        {"role": "user", "content": "Warm-up probe question?"},  # shifts every later block's position
-        {"role": "assistant", "content": "Warm-up probe answer A0."},
-        {"role": "user", "content": "First probe question?"},
-        {
-            "role": "assistant",
-            "content": "Calling probe A1.",
-            "tool_calls": [_probe_call(n) for n in range(calls)],
-        },
-        {"role": "tool", "content": "probe result one", "tool_call_id": "functions.probe_tool:0"},
-        {"role": "tool", "content": "probe result two", "tool_call_id": f"functions.probe_tool:{calls - 1}"},
-        {"role": "assistant", "content": "Interim probe answer A2."},
-        {"role": "user", "content": "Second probe question?"},
-        {"role": "assistant", "content": "Final probe answer A3."},
-    ]
-
-
-def _json_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
-    """A tool call whose ``arguments`` is a JSON string (the OpenAI wire shape DeepSeek's template expects)."""
-    function = dict(call.get("function") or {})
-    if not isinstance(function.get("arguments"), str):
-        function["arguments"] = json.dumps(function.get("arguments") or {}, ensure_ascii=False)
-    return {**call, "function": function}
 
 
 def _slot_items(message: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -852,71 +526,3 @@ def _split_on(text: str, placeholders: Sequence[str], slots: Sequence[tuple[str,
 def _join(cached: _Pieces, slots: Sequence[tuple[str, str]]) -> str:
     pieces, order = cached
     return pieces[0] + "".join(slots[i][1] + piece for i, piece in zip(order, pieces[1:], strict=True))
-
-
-# -- the model's end-of-sequence tokens ----------------------------------------------------------
-#
-# SGLang ends a generation on the stop_token_ids a request sends AND, whatever the request says, on the model's own
-# end-of-sequence ids: the tokenizer's eos_token, the eos_token_id of the checkpoint's config.json and
-# generation_config.json (one id or a list), and Llama 3's <|eom_id|> for a tokenizer that has it. So a turn can end
-# on a token the chat template never writes (GLM's <|endoftext|>, Llama's <|eom_id|> after a tool call): they are
-# added to the template's stop tokens (TemplateFacts.end_tokens), sent as stop ids, and stripped from the turn's text.
-# The JSON files are read from the tokenizer's folder (name_or_path), or for a hub id from the local Hugging Face
-# cache (never downloaded); a model whose files are elsewhere puts its ids in the sampling params' stop_token_ids.
-#
-# Closing in place: <|eom_id|> (end of message: the model called a tool and waits for its result) ends a turn where
-# the template writes <|eot_id|> (Meta's prompt format; Llama 3.1's template renders it there in ipython mode), so a
-# continuation after it does not repeat <|eot_id|>. Any other end token is followed by the template's own closing
-# token or role tag.
-
-_ALWAYS_STOP = ("<|eom_id|>",)
-"""Tokens SGLang stops on for every tokenizer that has them (its ``additional_stop_token_ids``)."""
-_CLOSES_IN_PLACE_OF = {"<|eom_id|>": "<|eot_id|>"}
-"""End tokens that close a turn in place of the template's closing token (see the comment above)."""
-_CONFIG_FILES = ("config.json", "generation_config.json")
-
-
-def end_of_sequence_ids(tokenizer: Any) -> tuple[int, ...]:
-    """The model's end-of-sequence token ids (within the tokenizer's vocabulary), in a stable order."""
-    vocabulary = tokenizer.get_added_vocab() if hasattr(tokenizer, "get_added_vocab") else {}
-    ids = [getattr(tokenizer, "eos_token_id", None)]
-    ids += [vocabulary[token] for token in _ALWAYS_STOP if token in vocabulary]
-    ids += _configured_eos_ids(str(getattr(tokenizer, "name_or_path", "") or ""))
-    size = len(tokenizer)
-    return tuple(
-        dict.fromkeys(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size)
-    )
-
-
-def _configured_eos_ids(name: str) -> list[int]:
-    """``eos_token_id`` of the checkpoint's config files found next to the tokenizer (see the comment above)."""
-    ids: list[int] = []
-    for filename in _CONFIG_FILES:
-        path = _local_file(name, filename)
-        if path is None:
-            continue
-        try:
-            with open(path, encoding="utf-8") as f:
-                value = json.load(f).get("eos_token_id")
-        except (OSError, ValueError, AttributeError) as exc:
-            logger.warning("cannot read eos_token_id from %s: %s", path, exc)
-            continue
-        values = value if isinstance(value, list) else [value]
-        ids += [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-    return ids
-
-
-def _local_file(name: str, filename: str) -> str | None:
-    """``filename`` of the checkpoint ``name`` on this machine: in its folder, else in the hub cache."""
-    if not name:
-        return None
-    if os.path.isdir(name):
-        path = os.path.join(name, filename)
-        return path if os.path.isfile(path) else None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(name, filename)
-    except Exception:  # not a hub id (a path that does not exist), or no huggingface_hub
-        return None
-    return cached if isinstance(cached, str) else None

@@ -68,7 +68,8 @@ class TiktokenBPE:
 
     _cores: ClassVar[dict[tuple[bytes, str], _Core]] = {}
     """By (vocabulary digest, regex), kept for the process (a tokenizer loaded again, as every command and
-    eval run does, finds its encoder built), the :data:`_MAX_CORES` most recent."""
+    eval run does, finds its encoder built), the :data:`_MAX_CORES` most recent: per vocabulary CONTENT on
+    purpose, unlike the per-object caches of ``_per_tokenizer.py`` (equal vocabularies share one encoder)."""
     _refused: ClassVar[set[tuple[bytes, str]]] = set()
     """Vocabularies tiktoken cannot reproduce: not parsed again."""
 

@@ -52,7 +52,7 @@ def _eval(capsys: Any, base_url: str, data: Path, out: Path, *extra: str) -> tup
 def _check_answer(row: TrajectoryRow) -> None:
     """One call, one answer: the number the sandbox printed for the policy's program, graded against the label."""
     assert (row.status, row.termination) == ("COMPLETED", "end_turn"), row.error
-    assert row.metrics["turns"] == 2 and row.metrics["tool_calls"] == 1
+    assert row.record.turns == 2 and row.record.tool_calls == 1
     printed = PRINTED.findall(row.response)
     answer = BOXED.search(row.response)
     assert len(printed) == 1 and answer is not None, row.response

@@ -13,8 +13,9 @@ import pytest
 from family_kit import FAMILIES, TEMPLATES, family_tokenizer
 
 from slime_strands import SGLangModel
+from slime_strands.cli.checks import check_template
 from slime_strands.errors import ConfigurationError
-from slime_strands.template.probe import check_template, detect_tool_parser
+from slime_strands.template.probe import detect_tool_parser
 from slime_strands.template.render import ChatRenderer, TemplateError
 
 EXPECTED = {

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...agent.episode import _split_prompt
-from ...template.render import ChatRenderer, to_template_messages
+from ...template.messages import to_template_messages
+from ...template.render import ChatRenderer
 from ..errors import CommandError
 from .data import EvalPrompt
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...agent.record import EpisodeRecord
-from ...template.render import to_template_messages, to_template_tools
+from ...template.messages import to_template_messages, to_template_tools
 from ...trajectories.config_digest import ConfigDigest
 from ...trajectories.file import Span, TokenSegment, TrajectoryRow, row_key
 from .data import EvalPrompt
