@@ -23,7 +23,7 @@ from .provider.client import (
     SGLangTimeoutError,
 )
 from .provider.model import GenerationAbortedError, ResponseBudgetExhaustedError, SGLangModel, TrajectoryError
-from .provider.token_manager import Segment, TokenManager, TurnInfo
+from .provider.token_manager import Segment, Span, TokenManager, TurnInfo
 
 __all__ = [
     "ConfigurationError",
@@ -41,6 +41,7 @@ __all__ = [
     "SGLangTimeoutError",
     "Segment",
     "SlimeStrandsError",
+    "Span",
     "TokenManager",
     "ToolIterationLimiter",
     "ToolLimiter",

@@ -18,7 +18,7 @@ generated_tokens; ``<p>/tool_error_rate`` (failed runs / tool calls; malformed c
 ``<p>/parse_errors_per_sample/<kind>`` (malformed calls of that kind per sample: ``inside_reasoning`` calls
 never become attempts, so a per-attempt rate would not be a rate); ``<p>/termination/<reason>`` and
 ``<p>/status/<status>`` (fractions of samples: status counts every sample, everything else only samples that
-carry an episode record; termination names come from ``record.OUTCOMES``); ``<p>/remove_sample_rate``; ``<p>/cache_hit_rate`` (cached / prompt tokens);
+carry an episode record; termination names come from ``record.TREATMENTS``); ``<p>/remove_sample_rate``; ``<p>/cache_hit_rate`` (cached / prompt tokens);
 ``<p>/tool_token_share`` (tool tokens / response tokens); ``<p>/tool_outputs_truncated_per_sample``;
 ``<p>/regenerated_rate``; ``<p>/samples`` (episodes). Long-horizon episodes (``context_management``,
 ``collect_subagents``): ``<p>/segments_mean|_p50|_p99|_max`` (samples per episode: trajectory segments),
@@ -157,7 +157,7 @@ def aggregate(samples: Iterable[Any]) -> dict[str, float]:
     for r in records:
         parse_errors.update(r.parse_errors)
     out.update({f"parse_errors_per_sample/{kind}": count / n for kind, count in parse_errors.items()})
-    terminations = Counter(r.outcome.metric for r in records)
+    terminations = Counter(r.treatment.metric for r in records)
     out.update({f"termination/{name}": count / n for name, count in terminations.items()})
     out["remove_sample_rate"] = sum(bool(getattr(s, "remove_sample", False)) for s, _ in pairs) / n
     return out

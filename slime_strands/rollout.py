@@ -6,7 +6,7 @@ Three steps per sample: the slime adapter turns slime's ``args`` / ``Sample`` / 
 :class:`~slime_strands.agent.episode.EpisodeSpec` and the shared :class:`~slime_strands.agent.runtime.Runtime`;
 :func:`~slime_strands.agent.episode.run_episode` runs the agent and returns the typed
 :class:`~slime_strands.agent.record.EpisodeRecord`; :func:`~slime_strands._slime.sample_writer.write_sample` turns the
-record into the Sample's fields (``record.OUTCOMES`` says which status, reward and metrics each ending gets).
+record into the Sample's fields (``record.TREATMENTS`` says which status, reward and metrics each ending gets).
 
 Partial rollout (``--partial-rollout``): an episode slime's abort stops leaves a checkpoint on its ABORTED
 sample, and when slime hands the sample back ``generate`` continues the episode where it stopped (see
@@ -154,7 +154,7 @@ async def _scored_segments(
     segment, which holds the final answer; one that raises fails the episode, not the rollout step)."""
     written = write_samples(sample, record, contract, tokenizer)
     samples = list(written.samples)
-    if written.record.outcome.reward is not RewardRule.SCORE:
+    if written.record.treatment.reward is not RewardRule.SCORE:
         return samples, written.record
     try:
         reward = await score_sample(args, samples[-1])

@@ -85,5 +85,5 @@ def assert_segments(
     ):
         assert requests, "a segment without requests"
         assert_trajectory_invariants(tm, server, requests=requests)
-        generated = [s for s in tm.segments if s.kind == "generated"]
+        generated = [s for s in tm.spans if s.kind == "generated"]
         assert len(generated) == sum(r.body.get("rid") in server.answers for r in requests)

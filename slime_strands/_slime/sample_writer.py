@@ -127,7 +127,7 @@ def write_sample(
     if len(record.segments) > 1:
         record = record.for_segment(len(record.segments) - 1)
     if record.trajectory is not None and record.termination is not Termination.FAILED:
-        trains = record.outcome.trains
+        trains = record.treatment.trains
         carried = record.segments[-1].carried_tokens if record.segments else 0
         try:
             _write_trajectory(sample, record.trajectory, contract if trains else None, carried)
@@ -137,7 +137,7 @@ def write_sample(
             sample.response = record.response
     if record.termination is Termination.FAILED:
         _write_failed(sample, record.trajectory, contract, tokenizer)
-    _label(sample, record, record.outcome.status, contract)
+    _label(sample, record, record.treatment.status, contract)
     sample.non_generation_time = float(sample.non_generation_time or 0.0) + record.tool_time_s
     return record
 
@@ -147,7 +147,7 @@ def write_samples(sample: Any, record: EpisodeRecord, contract: SampleContract, 
     episode's last segment is ``sample`` itself, the others copies of it); a single sample for an episode of
     one segment or one slime does not train on. The episode's tool time is counted once, on the last sample.
     Bad replay data in any segment makes the whole episode one FAILED sample (and a FAILED record)."""
-    if len(record.segments) < 2 or not record.outcome.trains:
+    if len(record.segments) < 2 or not record.treatment.trains:
         return Written((sample,), write_sample(sample, record, contract, tokenizer))
     last = len(record.segments) - 1
     samples = [copy.deepcopy(sample) for _ in range(last)] + [sample]
@@ -172,10 +172,10 @@ def _failed(sample: Any, record: EpisodeRecord, exc: ReplayError) -> EpisodeReco
 
 def _label(sample: Any, record: EpisodeRecord, status: str, contract: SampleContract) -> None:
     """Status, reward rule, the counters slime's examples read, and the record."""
-    outcome = record.outcome
+    treatment = record.treatment
     sample.status = type(sample).Status[status]
-    sample.remove_sample = outcome.remove_sample
-    if outcome.reward is RewardRule.ZERO:
+    sample.remove_sample = treatment.remove_sample
+    if treatment.reward is RewardRule.ZERO:
         sample.reward = {contract.reward_key: 0.0} if contract.reward_key else 0.0
     sample.tool_iters = record.tool_iters  # what slime's strands example exposes to reward functions
     sample.tool_calls = record.tool_calls
@@ -188,21 +188,21 @@ def _label(sample: Any, record: EpisodeRecord, status: str, contract: SampleCont
 def _write_trajectory(
     sample: Any, tm: TokenManager, contract: SampleContract | None, carried: int = 0
 ) -> None:
-    """Append every segment after the prompt as slime's appender would; ``contract`` None (an aborted
+    """Append every span after the prompt as slime's appender would; ``contract`` None (an aborted
     sample slime never trains) writes tokens, mask and logprobs only. Under ``contract.mask_offpolicy`` the
     generated tokens before position ``carried`` (an older policy's) get loss mask 0."""
     ids, logprobs = tm.token_ids, tm.logprobs
     appender = _Appender(sample, ids[: tm.prompt_length], contract)
     masked_until = carried if contract is not None and contract.mask_offpolicy else 0
     turn = 0
-    for segment in tm.segments[1:]:
-        if segment.kind == "generated":
+    for span in tm.spans[1:]:
+        if span.kind == "generated":
             turn += 1
-            meta = segment.info.meta_info if segment.info is not None and contract is not None else None
-            masked = max(0, min(len(segment), masked_until - segment.start))
-            appender.model_turn(turn, segment.token_ids, logprobs[segment.start : segment.end], meta, masked)
+            meta = span.info.meta_info if span.info is not None and contract is not None else None
+            masked = max(0, min(len(span), masked_until - span.start))
+            appender.model_turn(turn, span.token_ids, logprobs[span.start : span.end], meta, masked)
         else:
-            appender.other_tokens(segment.token_ids)
+            appender.other_tokens(span.token_ids)
     appender.finish()
 
 

@@ -3,7 +3,7 @@
 Token-in/token-out needs an append-only history, so a rewrite of ``agent.messages`` cannot continue the
 trajectory: :class:`ContextCompactor` closes the current segment and the model renders the rewritten
 conversation as the next segment's prompt (masked: it is the prompt of a new sample). Every segment is exact
-token-in/token-out on its own; :class:`~slime_strands.agent.segment_collector.EpisodeSegments` collects them.
+token-in/token-out on its own; :class:`~slime_strands.agent.segment_collector.SegmentCollector` collects them.
 
 It is a Strands ``ConversationManager`` equivalent to Strands' own ``SummarizingConversationManager`` /
 ``SlidingWindowConversationManager`` (it reuses Strands' stream processing and summary message), with the timing
@@ -59,7 +59,7 @@ from strands.types.exceptions import ContextWindowOverflowException
 from ..errors import ConfigurationError
 from ..provider.model import SGLangModel
 from ..settings import COMPACTION_STRATEGIES, CompactionSettings
-from .segment_collector import EpisodeSegments
+from .segment_collector import SegmentCollector
 
 __all__ = ["SUMMARY_HEADER", "ContextCompactor"]
 
@@ -83,7 +83,7 @@ class ContextCompactor(ConversationManager):
         self,
         strategy: str,
         settings: CompactionSettings,
-        segments: EpisodeSegments,
+        segments: SegmentCollector,
         *,
         pinned: int,
         should_stop: Callable[[], bool] | None = None,
@@ -350,7 +350,7 @@ def _continues(agent: Any) -> bool:
     model = getattr(agent, "model", None)
     if not isinstance(model, SGLangModel):
         return False
-    last = model.token_manager.last_segment
+    last = model.token_manager.last_span
     return last is not None and last.kind == "generated"
 
 

@@ -48,7 +48,7 @@ from .pacing import InvocationPacer
 from .record import EpisodeRecord, SegmentRecord, Termination
 from .resume import AbortGuard, AbortSignal, capture, restore
 from .runtime import import_tools, raise_gc_threshold
-from .segment_collector import SEGMENTS_KEY, EpisodeSegments
+from .segment_collector import COLLECTOR_KEY, SegmentCollector
 from .tracing import use_recording_only_tracer
 
 __all__ = ["EpisodeSpec", "build_agent", "run_agent", "run_episode"]
@@ -162,7 +162,7 @@ class _Episode:
     limiter: ToolLimiter
     guard: AbortGuard | None
     tool_stats: _ToolStats
-    segments: EpisodeSegments
+    segments: SegmentCollector
     compactor: ContextCompactor | None = None
     continuations: int = 0
     turns_saved: int = 0
@@ -203,7 +203,7 @@ def _build(
     limiter = ToolLimiter(max_tool_iters=settings.max_tool_iters, max_tool_calls=settings.max_tool_calls)
     tool_stats = _ToolStats()
     guard = AbortGuard(should_stop, limiter, tool_stats) if should_stop is not None else None
-    segments = EpisodeSegments(collect_subagents=settings.collect_subagents)
+    segments = SegmentCollector(collect_subagents=settings.collect_subagents)
     manager: NullConversationManager | ContextCompactor = NullConversationManager()
     compactor = None
     if settings.context_management != "none":
@@ -294,7 +294,7 @@ async def _run(episode: _Episode, settings: PluginSettings) -> tuple[Termination
         episode.prompt,
         limiter=episode.limiter,
         guard=episode.guard,
-        invocation_state={SEGMENTS_KEY: episode.segments},
+        invocation_state={COLLECTOR_KEY: episode.segments},
         tool_rounds_per_invocation=settings.tool_rounds_per_invocation,
     )
 
@@ -442,16 +442,16 @@ async def _decode_response(tm: TokenManager, model: SGLangModel) -> tuple[str, i
     only the final answer (never tool output or earlier turns) without knowing the chat template."""
     ids = tm.token_ids
     response = await model.decode(ids[tm.prompt_length :])
-    segments = tm.segments
-    ends = [i for i, s in enumerate(segments) if s.kind == "generated"]
+    spans = tm.spans
+    ends = [i for i, s in enumerate(spans) if s.kind == "generated"]
     if not ends:
         return response, None
-    first = ends[-1]  # the last turn: the run of generated segments it ends (a continued turn has several)
-    while first > 0 and segments[first - 1].kind == "generated":
+    first = ends[-1]  # the last turn: the run of generated spans it ends (a continued turn has several)
+    while first > 0 and spans[first - 1].kind == "generated":
         first -= 1
     # Decoded on its own, not cut out of ``response``: where the turn starts inside a multi-byte
     # character, or a decoder treats the first token specially, the two differ and no length is given.
-    tail = await model.decode(ids[segments[first].start :])
+    tail = await model.decode(ids[spans[first].start :])
     return response, (len(tail) if tail and response.endswith(tail) else None)
 
 

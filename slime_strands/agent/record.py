@@ -3,7 +3,7 @@
 :class:`EpisodeRecord` is what an episode produced (how it ended, its counters and, while in memory, its token
 trajectory). The rollout writes it into ``sample.metadata["strands"]`` (plain JSON types: slime pickles
 samples across Ray and saves them), and the reward and metrics functions read it back with
-:meth:`EpisodeRecord.of` instead of picking a dict apart. :data:`OUTCOMES` is the single place that maps each
+:meth:`EpisodeRecord.of` instead of picking a dict apart. :data:`TREATMENTS` is the single place that maps each
 :class:`Termination` to slime's ``Sample.Status``, the reward handling and the metric it is counted under
 (the layout follows slime's own ``slime/agent/trajectory.py``: frozen records, an enum for the kinds).
 
@@ -30,11 +30,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METADATA_KEY",
-    "OUTCOMES",
+    "TREATMENTS",
     "EpisodeRecord",
     "MalformedRecordError",
-    "Outcome",
     "RewardRule",
+    "SampleTreatment",
     "SegmentRecord",
     "Termination",
     "has_malformed_record",
@@ -71,8 +71,9 @@ class RewardRule(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What one :class:`Termination` means for slime."""
+class SampleTreatment:
+    """What slime does with a sample whose episode ended one way (one :class:`Termination`): its status,
+    who sets its reward, whether its loss is removed, the metric it is counted under."""
 
     status: str
     """Name of the ``Sample.Status`` member."""
@@ -88,14 +89,14 @@ class Outcome:
         return self.status in ("COMPLETED", "TRUNCATED") and not self.remove_sample
 
 
-OUTCOMES: dict[Termination, Outcome] = {
-    Termination.END_TURN: Outcome("COMPLETED", RewardRule.SCORE, False, "end_turn"),
-    Termination.TOOL_LIMIT: Outcome("TRUNCATED", RewardRule.SCORE, False, "tool_limit"),
-    Termination.MAX_TOKENS: Outcome("TRUNCATED", RewardRule.SCORE, False, "max_tokens"),
-    Termination.RESPONSE_BUDGET: Outcome("TRUNCATED", RewardRule.SCORE, False, "response_budget"),
-    Termination.CONTEXT_FULL: Outcome("TRUNCATED", RewardRule.SCORE, False, "context_full"),
-    Termination.ABORTED: Outcome("ABORTED", RewardRule.NONE, False, "abort"),
-    Termination.FAILED: Outcome("FAILED", RewardRule.ZERO, True, "failure"),
+TREATMENTS: dict[Termination, SampleTreatment] = {
+    Termination.END_TURN: SampleTreatment("COMPLETED", RewardRule.SCORE, False, "end_turn"),
+    Termination.TOOL_LIMIT: SampleTreatment("TRUNCATED", RewardRule.SCORE, False, "tool_limit"),
+    Termination.MAX_TOKENS: SampleTreatment("TRUNCATED", RewardRule.SCORE, False, "max_tokens"),
+    Termination.RESPONSE_BUDGET: SampleTreatment("TRUNCATED", RewardRule.SCORE, False, "response_budget"),
+    Termination.CONTEXT_FULL: SampleTreatment("TRUNCATED", RewardRule.SCORE, False, "context_full"),
+    Termination.ABORTED: SampleTreatment("ABORTED", RewardRule.NONE, False, "abort"),
+    Termination.FAILED: SampleTreatment("FAILED", RewardRule.ZERO, True, "failure"),
 }
 
 
@@ -251,8 +252,8 @@ class EpisodeRecord:
         object.__setattr__(self, "messages", tuple(self.messages))
 
     @property
-    def outcome(self) -> Outcome:
-        return OUTCOMES[self.termination]
+    def treatment(self) -> SampleTreatment:
+        return TREATMENTS[self.termination]
 
     @property
     def compactions(self) -> int:

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from ..provider.model import SGLangModel
     from .compaction import ContextCompactor
-    from .segment_collector import EpisodeSegments
+    from .segment_collector import SegmentCollector
 
 __all__ = ["ABORT_REASON", "KILLED_TOOL_TEXT", "AbortGuard", "AbortSignal", "capture", "restore"]
 
@@ -177,7 +177,7 @@ def capture(
     model: SGLangModel,
     agent: Agent,
     guard: AbortGuard,
-    segments: EpisodeSegments,
+    segments: SegmentCollector,
     compactor: ContextCompactor | None,
     continuations: int,
     turns_saved: int,
@@ -220,7 +220,7 @@ def _inconsistency(
     model: SGLangModel, pending: Any, messages: list[Any], compacting: bool | None
 ) -> str | None:
     """Why the model's trajectory and the kept messages do not describe one continuable state, or None."""
-    last = model.token_manager.last_segment
+    last = model.token_manager.last_span
     if compacting is not None:
         # the summary request follows the messages it summarises: all, or those up to the last answer (the
         # turn after them overflowed, or the summary's room is before the newest results)
@@ -242,7 +242,7 @@ def restore(
     agent: Agent,
     limiter: ToolLimiter,
     tool_time: _ToolTime,
-    segments: EpisodeSegments,
+    segments: SegmentCollector,
     compactor: ContextCompactor | None,
 ) -> None:
     """Put ``checkpoint`` back into freshly built parts of an episode (raises MalformedCheckpointError when

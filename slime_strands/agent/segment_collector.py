@@ -6,8 +6,8 @@ the re-rendered, compacted conversation; a sub-agent run by a tool (``slime_stra
 with a trajectory of its own; the episode's end closes the main agent's last segment. Each segment is exact
 token-in/token-out on its own and becomes one slime sample (siblings sharing one ``rollout_id``).
 
-One :class:`EpisodeSegments` per episode is the state those parties share: the compactor and the sub-agent
-tools find it in Strands' ``invocation_state`` under :data:`SEGMENTS_KEY`.
+One :class:`SegmentCollector` per episode is the state those parties share: the compactor and the sub-agent
+tools find it in Strands' ``invocation_state`` under :data:`COLLECTOR_KEY`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from ..provider.checkpoint import SegmentCheckpoint, TrajectoryCheckpoint
 from ..provider.model import SGLangModel
 from ..provider.model_stats import ModelStats
 from ..provider.token_manager import TokenManager
-from .record import OUTCOMES, SegmentRecord, Termination
+from .record import TREATMENTS, SegmentRecord, Termination
 
-__all__ = ["SEGMENTS_KEY", "EpisodeSegments"]
+__all__ = ["COLLECTOR_KEY", "SegmentCollector"]
 
-SEGMENTS_KEY = "slime_strands_segments"
-"""Key of the episode's :class:`EpisodeSegments` in Strands' ``invocation_state``."""
+COLLECTOR_KEY = "slime_strands_segments"
+"""Key of the episode's :class:`SegmentCollector` in Strands' ``invocation_state``."""
 
 
-class EpisodeSegments:
+class SegmentCollector:
     """Closed segments of one episode, in closing order, and the collected sub-agents' counters."""
 
     def __init__(self, *, collect_subagents: bool) -> None:
@@ -59,7 +59,7 @@ class EpisodeSegments:
 
     def add_subagent(self, name: str, model: SGLangModel, termination: Termination) -> None:
         """A sub-agent finished; its trajectory is a segment when collecting and slime can train on it."""
-        outcome = OUTCOMES[termination]
+        outcome = TREATMENTS[termination]
         if not self.collect_subagents or not outcome.trains or not model.token_manager.response_length:
             return
         self.subagent_stats.append(model.stats)
@@ -72,7 +72,9 @@ class EpisodeSegments:
     def finish(self, trajectory: TokenManager, termination: Termination) -> list[SegmentRecord]:
         """All segments once the main agent ended with ``termination`` on ``trajectory``; segments without a
         generated token (a compacted prompt that no longer fit) are left out."""
-        last = _segment("main", trajectory, self._opened_by, termination.value, OUTCOMES[termination].status)
+        last = _segment(
+            "main", trajectory, self._opened_by, termination.value, TREATMENTS[termination].status
+        )
         segments = [*self._closed, last]
         saved = self._tokens_saved(trajectory)
         return [

@@ -29,8 +29,8 @@ from ..errors import ConfigurationError, SlimeStrandsError
 from ..provider.model import SGLangModel
 from .episode import build_agent, run_agent
 from .limits import StopWhen, ToolLimiter
-from .record import OUTCOMES, Termination
-from .segment_collector import SEGMENTS_KEY, EpisodeSegments
+from .record import TREATMENTS, Termination
+from .segment_collector import COLLECTOR_KEY, SegmentCollector
 
 __all__ = ["SubagentError", "subagent_tool"]
 
@@ -81,15 +81,15 @@ def subagent_tool(
             hooks=[h for h in (limiter, guard) if h is not None],
             system_prompt=system_prompt,
         )
-        segments = tool_context.invocation_state.get(SEGMENTS_KEY)
-        state = {SEGMENTS_KEY: segments} if isinstance(segments, EpisodeSegments) else None
+        segments = tool_context.invocation_state.get(COLLECTOR_KEY)
+        state = {COLLECTOR_KEY: segments} if isinstance(segments, SegmentCollector) else None
         termination, error = await run_agent(
             agent, task, limiter=limiter, guard=guard, invocation_state=state
         )
-        if isinstance(segments, EpisodeSegments):
+        if isinstance(segments, SegmentCollector):
             segments.add_subagent(name, model, termination)
         answer = _final_text(agent)
-        if not OUTCOMES[termination].trains or not answer:
+        if not TREATMENTS[termination].trains or not answer:
             raise SubagentError(
                 f"{name} ended without an answer ({termination.value}{': ' + error if error else ''})"
             )

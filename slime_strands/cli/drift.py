@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..template.render import ChatRenderer, TemplateError
-from ..trajectories.file import TokenSegment, TrajectoryRow
+from ..trajectories.file import SavedSegment, TrajectoryRow
 from .text_table import format_columns
 from .token_alignment import align
 
@@ -110,7 +110,7 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def _compare(number: int, segment: TokenSegment, rebuilt: Sequence[int], tokenizer: Any) -> Divergence:
+def _compare(number: int, segment: SavedSegment, rebuilt: Sequence[int], tokenizer: Any) -> Divergence:
     ids, mask = segment.token_ids, segment.loss_mask
     alignment = align(ids, rebuilt, max_edits=MAX_EDITS)
     if alignment is not None:
@@ -148,7 +148,7 @@ def _outside_prefix_suffix(a: Sequence[int], b: Sequence[int]) -> tuple[list[boo
     return matched, len(b) - prefix - suffix
 
 
-def _where(segment: TokenSegment, index: int) -> str:
+def _where(segment: SavedSegment, index: int) -> str:
     turn = 0
     for span in segment.spans:
         turn += span.kind == "generated"

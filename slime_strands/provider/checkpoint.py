@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import SlimeStrandsError
 from .model_stats import ModelStats, TurnCut
-from .token_manager import SegmentKind, TokenManager, TurnInfo, count_turns
+from .token_manager import SpanKind, TokenManager, TurnInfo, count_turns
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -44,7 +44,7 @@ __all__ = [
 
 CHECKPOINT_VERSION = 1
 """Bumped when the saved layout changes; a checkpoint of another version is not continued."""
-_KINDS: tuple[SegmentKind, ...] = ("prompt", "observation", "generated")
+_KINDS: tuple[SpanKind, ...] = ("prompt", "observation", "generated")
 _LITTLE = sys.byteorder == "little"
 
 
@@ -59,33 +59,33 @@ class MalformedCheckpointError(SlimeStrandsError, ValueError):
 class TrajectoryCheckpoint:
     """One token trajectory (a :class:`~slime_strands.provider.token_manager.TokenManager`), exactly."""
 
-    kinds: tuple[SegmentKind, ...]
+    kinds: tuple[SpanKind, ...]
     lengths: tuple[int, ...]
     token_ids: str
     """Every token, base64 of little-endian int32."""
     logprobs: str
     """The generated tokens' logprobs in order, base64 of little-endian float64."""
     turns: tuple[TurnInfo, ...]
-    """The server's info of each generated segment, in order (meta_info included)."""
+    """The server's info of each generated span, in order (meta_info included)."""
 
     @classmethod
     def of(cls, tm: TokenManager) -> TrajectoryCheckpoint:
-        segments = tm.segments
+        spans = tm.spans
         logprobs = tm.logprobs
-        sampled = [lp for s in segments if s.kind == "generated" for lp in logprobs[s.start : s.end]]
+        sampled = [lp for s in spans if s.kind == "generated" for lp in logprobs[s.start : s.end]]
         return cls(
-            kinds=tuple(s.kind for s in segments),
-            lengths=tuple(len(s) for s in segments),
+            kinds=tuple(s.kind for s in spans),
+            lengths=tuple(len(s) for s in spans),
             token_ids=_pack("i", tm.token_ids),
             logprobs=_pack("d", sampled),
-            turns=tuple(s.info or TurnInfo("stop") for s in segments if s.kind == "generated"),
+            turns=tuple(s.info or TurnInfo("stop") for s in spans if s.kind == "generated"),
         )
 
     def rebuild(self) -> TokenManager:
-        """The trajectory, appended segment by segment through TokenManager's validating API."""
+        """The trajectory, appended span by span through TokenManager's validating API."""
         ids, logprobs, turns = _unpack("i", self.token_ids), _unpack("d", self.logprobs), iter(self.turns)
         if sum(self.lengths) != len(ids):
-            raise MalformedCheckpointError(f"{len(ids)} token ids for segments of {sum(self.lengths)}")
+            raise MalformedCheckpointError(f"{len(ids)} token ids for spans of {sum(self.lengths)}")
         tm, at, sampled = TokenManager(), 0, 0
         for kind, length in zip(self.kinds, self.lengths, strict=True):
             part = ids[at : at + length]
@@ -97,14 +97,14 @@ class TrajectoryCheckpoint:
                 else:
                     turn = next(turns, None)
                     if turn is None:
-                        raise MalformedCheckpointError("the turns do not match the generated segments")
+                        raise MalformedCheckpointError("the turns do not match the generated spans")
                     tm.add_generation(part, logprobs[sampled : sampled + length], turn)
                     sampled += length
             except ValueError as exc:
-                raise MalformedCheckpointError(f"segment {kind} at {at} does not rebuild: {exc}") from exc
+                raise MalformedCheckpointError(f"span {kind} at {at} does not rebuild: {exc}") from exc
             at += length
         if sampled != len(logprobs) or next(turns, None) is not None:
-            raise MalformedCheckpointError("the logprobs or turns do not match the generated segments")
+            raise MalformedCheckpointError("the logprobs or turns do not match the generated spans")
         return tm
 
     def __len__(self) -> int:
@@ -420,7 +420,7 @@ def _read_trajectory(d: _Reader) -> TrajectoryCheckpoint:
     if len(lengths) != len(kinds) or not all(
         isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths
     ):
-        raise MalformedCheckpointError(f"{d.where}.lengths: one positive length per segment expected")
+        raise MalformedCheckpointError(f"{d.where}.lengths: one positive length per span expected")
     turns = []
     for i, item in enumerate(d.items("turns")):
         t = _Reader(item, f"{d.where}.turns[{i}]")

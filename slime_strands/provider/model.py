@@ -34,7 +34,7 @@ from ..errors import SlimeStrandsError
 from ..template.messages import to_template_messages, to_template_tools
 from ..template.probe import select_tool_parser
 from ..template.render import ChatRenderer
-from ..tool_parsers import AUTO, ParseResult, ToolCallError, ToolParser, ToolSchemas
+from ..tool_parsers import AUTO, MalformedCall, ParseResult, ToolParser, ToolSchemas
 from ..tool_parsers.base import ParseErrorKind
 from .abort_signal import AbortSignal
 from .checkpoint import ModelCheckpoint, PendingTurn
@@ -241,7 +241,7 @@ class SGLangModel(Model):
         """The ids of this trajectory's request in flight (every attempt), for :meth:`abort`."""
         self._messages_seen = 0
         self._last_tool_ids: list[str] = []
-        self._call_errors: dict[str, ToolCallError] = {}
+        self._call_errors: dict[str, MalformedCall] = {}
         self._template_ids: dict[str, str] = {}
         self._pending: PendingTurn | None = None
         """A turn an abort cut after its input was appended: the next call with as many messages continues it."""
@@ -534,7 +534,7 @@ class SGLangModel(Model):
             raise TrajectoryError("no new message since the last model call")
         if any(m.get("role") == "assistant" for m in new):
             raise TrajectoryError("an assistant message this model did not generate was added to the history")
-        last = self.token_manager.last_segment
+        last = self.token_manager.last_span
         if last is None or last.kind != "generated" or last.info is None or last.info.finish_reason != "stop":
             raise TrajectoryError(
                 "the previous turn did not finish with a stop (cut by max_tokens?): cannot continue"
@@ -778,7 +778,7 @@ class SGLangModel(Model):
         self._pending = state.pending
         self._last_tool_ids = list(state.last_tool_ids)
         self._call_errors = {
-            k: ToolCallError(kind=cast(ParseErrorKind, kind), message=message, raw=raw, name=name)
+            k: MalformedCall(kind=cast(ParseErrorKind, kind), message=message, raw=raw, name=name)
             for k, (kind, message, raw, name) in state.call_errors.items()
         }
         self._template_ids = dict(state.template_ids)
@@ -800,24 +800,20 @@ class SGLangModel(Model):
 
 
 def _turn_so_far(tm: TokenManager) -> list[int]:
-    """Output a continued turn already has: the generated segments the trajectory ends with."""
-    segments = tm.segments
-    start = len(segments)
-    while start and segments[start - 1].kind == "generated":
+    """Output a continued turn already has: the generated spans the trajectory ends with."""
+    spans = tm.spans
+    start = len(spans)
+    while start and spans[start - 1].kind == "generated":
         start -= 1
-    return [t for s in segments[start:] for t in s.token_ids]
+    return [t for s in spans[start:] for t in s.token_ids]
 
 
 def _routing_rows_held(tm: TokenManager) -> int:
     """Positions whose routed-expert rows the trajectory's answers already carry: every one before the last
     token of the last answer that brought rows (an answer an abort cut may bring none)."""
-    for segment in reversed(tm.segments):
-        if (
-            segment.kind == "generated"
-            and segment.info is not None
-            and "routed_experts" in segment.info.meta_info
-        ):
-            return segment.end - 1
+    for span in reversed(tm.spans):
+        if span.kind == "generated" and span.info is not None and "routed_experts" in span.info.meta_info:
+            return span.end - 1
     return 0
 
 

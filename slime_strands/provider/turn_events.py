@@ -21,7 +21,7 @@ from typing import Any
 from strands.types.event_loop import StopReason, Usage
 from strands.types.streaming import StreamEvent
 
-from ..tool_parsers.base import ParseErrorKind, ParseResult, ToolCall, ToolCallError
+from ..tool_parsers.base import MalformedCall, ParseErrorKind, ParseResult, ToolCall
 
 __all__ = [
     "INVALID_TOOL_NAME",
@@ -44,7 +44,7 @@ def new_tool_use_id() -> str:
 @dataclass(frozen=True)
 class PlannedCall:
     tool_use_id: str
-    call: ToolCall | ToolCallError
+    call: ToolCall | MalformedCall
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ class TurnPlan:
     reasoning_calls: int = 0
 
     @property
-    def errors(self) -> dict[str, ToolCallError]:
+    def errors(self) -> dict[str, MalformedCall]:
         """``toolUseId`` -> the error its result must report."""
-        return {p.tool_use_id: p.call for p in self.calls if isinstance(p.call, ToolCallError)}
+        return {p.tool_use_id: p.call for p in self.calls if isinstance(p.call, MalformedCall)}
 
     @property
     def valid(self) -> list[PlannedCall]:
@@ -84,12 +84,12 @@ def plan_tool_calls(
     new_id: Callable[[], str] = new_tool_use_id,
 ) -> TurnPlan:
     """Apply the tool-call policy (module docstring) to one parsed turn."""
-    calls: list[ToolCall | ToolCallError] = list(parsed.calls) if finish_reason == "stop" else []
+    calls: list[ToolCall | MalformedCall] = list(parsed.calls) if finish_reason == "stop" else []
     if max_calls_per_turn is not None and len(calls) > max_calls_per_turn:
         extra = len(calls) - max_calls_per_turn
         calls = calls[:max_calls_per_turn]
         calls.append(
-            ToolCallError(
+            MalformedCall(
                 "too_many_calls",
                 f"{extra} more tool call(s) in this turn were not run: at most {max_calls_per_turn} calls per turn",
                 "",
@@ -99,7 +99,7 @@ def plan_tool_calls(
     planned = [
         PlannedCall(
             new_id(),
-            ToolCallError(
+            MalformedCall(
                 "unknown_tool", f"unknown tool {call.name!r}; available tools: {known}", call.raw, call.name
             )
             if isinstance(call, ToolCall) and call.name not in tool_names

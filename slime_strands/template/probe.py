@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigurationError
-from ..tool_parsers import AUTO, ToolCall, ToolCallError, ToolParser, get_tool_parser, registered_tool_parsers
+from ..tool_parsers import AUTO, MalformedCall, ToolCall, ToolParser, get_tool_parser, registered_tool_parsers
 from ._per_tokenizer import PerTokenizer
 
 if TYPE_CHECKING:
@@ -442,7 +442,7 @@ def why_unread(name: str, turn: tuple[str, bool]) -> str | None:
     read = [(c.name, c.input) for c in parsed.calls if isinstance(c, ToolCall)]
     if read == [("probe_tool", _PROBE_ARGUMENTS)] and len(parsed.calls) == 1:
         return None
-    errors = [c for c in parsed.calls if isinstance(c, ToolCallError)]
+    errors = [c for c in parsed.calls if isinstance(c, MalformedCall)]
     if errors:
         return f"{errors[0].kind}: {errors[0].message}"
     if parsed.reasoning_calls:

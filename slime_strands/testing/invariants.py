@@ -38,7 +38,7 @@ def assert_trajectory_invariants(
        segment is byte-for-byte the ``output_ids`` (and logprobs) the server answered.
     6. The trajectory ends on a generated segment (or is just the prompt): no half-appended turn.
     """
-    ids, mask, logprobs, segments = tm.token_ids, tm.loss_mask, tm.logprobs, tm.segments
+    ids, mask, logprobs, segments = tm.token_ids, tm.loss_mask, tm.logprobs, tm.spans
     assert len(ids) == len(mask) == len(logprobs), "token_ids / loss_mask / logprobs lengths differ"
     if not segments:
         assert not ids, "tokens without segments"

@@ -26,10 +26,12 @@ version does not know (written by a later one) is ignored when reading.
 ``segments`` holds one entry per context window the episode used: an ordinary episode has exactly one (none
 when it generated nothing: a prompt alone is no trajectory); an episode whose history was compacted has one
 per window, in order, each an exact token-in/token-out sequence of its own, and ``messages`` is then the
-conversation of the LAST one. ``info`` describes a segment of such an episode (which agent, what opened and closed it), as its episode
-record does; it is empty for an ordinary episode. ``spans`` are each window's provenance runs
-(``TokenManager.segments``): the prompt, every generated turn
-(``loss_mask`` 1, with its finish reason) and the template / tool tokens between turns (``loss_mask`` 0).
+conversation of the LAST one. ``info`` describes a segment of such an episode (which agent, what opened and
+closed it), as its episode record does; it is empty for an ordinary episode. ``spans`` are each window's
+provenance runs (``TokenManager.spans``): the prompt, every generated turn (``loss_mask`` 1, with its finish
+reason) and the template / tool tokens between turns (``loss_mask`` 0). In memory a line's segments are
+:class:`SavedSegment` s with :class:`SavedSpan` s: the file's form of a trajectory segment and of a token
+manager's spans (no ids of requests, no ``meta_info``).
 
 Writing is crash-safe: each line goes out in one append; a run killed mid-line leaves a last line without its
 newline, which readers skip and the next writer cuts off before appending.
@@ -50,8 +52,8 @@ from .config_digest import ConfigDigest
 
 __all__ = [
     "SCHEMA",
-    "Span",
-    "TokenSegment",
+    "SavedSegment",
+    "SavedSpan",
     "TrajectoryFileError",
     "TrajectoryRow",
     "TrajectoryWriter",
@@ -78,8 +80,8 @@ class TrajectoryFileError(InputError):
 
 
 @dataclass(frozen=True)
-class Span:
-    """A run of one segment's tokens with one provenance."""
+class SavedSpan:
+    """A run of one segment's tokens with one provenance (the file's form of a ``TokenManager`` span)."""
 
     kind: str
     start: int
@@ -89,13 +91,14 @@ class Span:
 
 
 @dataclass(frozen=True)
-class TokenSegment:
-    """One context window of an episode: exactly the token ids the server saw, and what was trained."""
+class SavedSegment:
+    """One context window of an episode, as the file saves it: exactly the token ids the server saw, and what
+    was trained."""
 
     token_ids: list[int]
     loss_mask: list[int]
     logprobs: list[float]
-    spans: list[Span]
+    spans: list[SavedSpan]
     info: dict[str, Any] = field(default_factory=dict)
     """What the episode record says of the segment (e.g. its agent, what opened and closed it); shown as is."""
 
@@ -116,7 +119,7 @@ class TrajectoryRow:
     prompt_digest: str
     tokenizer: str
     messages: list[dict[str, Any]]
-    segments: list[TokenSegment]
+    segments: list[SavedSegment]
     response: str
     reward: float
     status: str
@@ -246,7 +249,7 @@ def _int(data: Mapping[str, Any], name: str) -> int:
     return value
 
 
-def _segment(data: Any, number: int) -> TokenSegment:
+def _segment(data: Any, number: int) -> SavedSegment:
     where = f"segments[{number}]"
     if not isinstance(data, Mapping):
         raise ValueError(f"{where} must be an object")
@@ -265,14 +268,14 @@ def _segment(data: Any, number: int) -> TokenSegment:
         kind, start, end = span.get("kind"), span.get("start"), span.get("end")
         if kind not in _KINDS or start != position or not isinstance(end, int) or end < start:
             raise ValueError(f"{where}: spans must cover the tokens in order, got {span!r} at {position}")
-        parsed.append(Span(kind, start, end, span.get("finish_reason")))
+        parsed.append(SavedSpan(kind, start, end, span.get("finish_reason")))
         position = end
     if position != len(ids):
         raise ValueError(f"{where}: spans cover {position} of {len(ids)} tokens")
     info = data.get("info") or {}
     if not isinstance(info, Mapping):
         raise ValueError(f"{where}: info must be an object")
-    return TokenSegment(
+    return SavedSegment(
         [int(t) for t in ids], [int(m) for m in mask], [float(x) for x in logprobs], parsed, dict(info)
     )
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .file import TokenSegment, TrajectoryRow
+from .file import SavedSegment, TrajectoryRow
 
 __all__ = ["Block", "SegmentView", "TokenCell", "TrajectoryView", "build_view", "token_texts"]
 
@@ -137,7 +137,7 @@ def build_view(row: TrajectoryRow, tokenizer: Any) -> TrajectoryView:
     return TrajectoryView(row, segments)
 
 
-def _blocks(segment: TokenSegment, texts: list[str], notes: list[tuple[list[str], list[str]]]) -> list[Block]:
+def _blocks(segment: SavedSegment, texts: list[str], notes: list[tuple[list[str], list[str]]]) -> list[Block]:
     blocks = []
     turn = 0
     for span in segment.spans:

@@ -80,7 +80,7 @@ async def test_pacing_leaves_the_trajectory_unchanged(tokenizer):
             assert (calls, invocations) == (10, expected_invocations)
             tm = record.segments[0].trajectory
             assert_segments(server, [tm])
-            trajectories.append((tm.token_ids, tm.loss_mask, [s.kind for s in tm.segments]))
+            trajectories.append((tm.token_ids, tm.loss_mask, [s.kind for s in tm.spans]))
     assert trajectories[0] == trajectories[1]
 
 

@@ -116,10 +116,10 @@ async def test_forty_turn_episode_compacts_twice(server, tokenizer, strategy):
         assert segment.tokens_saved == len(before) - after.prompt_length > 0
         if strategy == "summarize":
             # The summary is the closing segment's last, trained turn, and the new segment's (masked) context.
-            last = before.segments[-1]
+            last = before.spans[-1]
             assert last.kind == "generated" and tokenizer.decode(last.token_ids).startswith("Summary: ")
             assert set(before.loss_mask[last.start : last.end]) == {1}
-            asked = tokenizer.decode(before.segments[-2].token_ids)
+            asked = tokenizer.decode(before.spans[-2].token_ids)
             assert SUMMARY_MARK in asked, "the summary request is an observation of the closing segment"
             summary = tokenizer.decode(last.token_ids[:-1])
             assert SUMMARY_HEADER in prompt and summary in prompt and '{"a": 0' not in prompt

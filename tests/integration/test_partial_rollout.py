@@ -546,4 +546,4 @@ async def test_a_cut_turn_asks_for_the_rest_of_the_budget_it_was_sent_with(serve
     assert request.body["sampling_params"]["max_new_tokens"] == 10 - 4
     assert request.body["input_ids"] == tm.token_ids[: len(request.body["input_ids"])]
     assert model.stats.last_cut is TurnCut.CONTEXT_FULL, "cut where the turn's own bound cut it"
-    assert len(model.token_manager.segments[-1]) == 6 and model.stats.turns == 1
+    assert len(model.token_manager.spans[-1]) == 6 and model.stats.turns == 1

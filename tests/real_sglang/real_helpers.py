@@ -142,7 +142,7 @@ def check_trajectory(tm: TokenManager, proxy: RecordingProxy, key: str) -> list[
             and any(x.body["input_ids"] == e.body["input_ids"] for x in exchanges[i + 1 :])
         )
     ]
-    generated = [s for s in tm.segments if s.kind == "generated"]
+    generated = [s for s in tm.spans if s.kind == "generated"]
     for segment, exchange in zip(generated, answered, strict=False):
         meta = exchange.answer["meta_info"]
         assert segment.info is not None

@@ -89,11 +89,11 @@ def test_a_checkpoint_comes_back_exactly_through_json_and_pickle():
     rebuilt = back.trajectory.rebuild()
     assert rebuilt.token_ids == tm.token_ids and rebuilt.loss_mask == tm.loss_mask
     assert rebuilt.logprobs == tm.logprobs, "logprobs are exact (float64)"
-    assert [(s.kind, s.start, s.token_ids, s.info) for s in rebuilt.segments] == [
-        (s.kind, s.start, s.token_ids, s.info) for s in tm.segments
+    assert [(s.kind, s.start, s.token_ids, s.info) for s in rebuilt.spans] == [
+        (s.kind, s.start, s.token_ids, s.info) for s in tm.spans
     ]
-    assert [s.info.meta_info for s in rebuilt.segments if s.info] == [
-        s.info.meta_info for s in tm.segments if s.info
+    assert [s.info.meta_info for s in rebuilt.spans if s.info] == [
+        s.info.meta_info for s in tm.spans if s.info
     ]
     assert back.turns == 3 + 3 and back.trajectory.turn_count == 3
 
@@ -113,9 +113,9 @@ def test_a_turn_cut_and_continued_counts_once():
         (lambda d: d["messages"].append({"role": "system", "content": []}), "role user or assistant"),
         (lambda d: d["messages"][0]["content"].append({"image": {"bytes": b"\x89PNG"}}), "bytes is not plain data"),
         (lambda d: d["trajectory"].update(token_ids="not base64!"), "not base64"),
-        (lambda d: d["trajectory"]["lengths"].append(3), "one positive length per segment"),
+        (lambda d: d["trajectory"]["lengths"].append(3), "one positive length per span"),
         (lambda d: d["trajectory"].update(kinds=["prompt", "tool", "generated", *d["trajectory"]["kinds"][3:]]), "unknown kind"),
-        (lambda d: d["trajectory"]["turns"].pop(), "do not match the generated segments"),
+        (lambda d: d["trajectory"]["turns"].pop(), "do not match the generated spans"),
         (lambda d: d["model"]["counters"].update(turns=True), "expected an integer"),
         (lambda d: d["model"]["call_errors"].update(t3=["bad_json"]), "(kind, message, raw, name) expected"),
         (lambda d: d["tools"].update(tool_iters=-1), "negative"),

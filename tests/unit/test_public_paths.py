@@ -118,6 +118,13 @@ def test_the_yaml_path_of_subagent_tool_is_the_code_itself():
     assert _resolve("slime_strands.subagents.SubagentError") is subagents.SubagentError
 
 
+def test_the_older_names_stay_aliases_of_the_new_ones():
+    import slime_strands
+    from slime_strands.tool_parsers import MalformedCall, ToolCallError
+
+    assert ToolCallError is MalformedCall and slime_strands.Segment is slime_strands.Span
+
+
 def test_the_console_script_target():
     module, _, name = CONSOLE_SCRIPT.partition(":")
     assert callable(getattr(importlib.import_module(module), name))

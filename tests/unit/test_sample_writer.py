@@ -14,7 +14,7 @@ from slime_helpers import Sample
 
 from slime_strands._slime.adapter import template_kwargs
 from slime_strands._slime.sample_writer import SampleContract, reset_for_generation, write_sample
-from slime_strands.agent.record import OUTCOMES, EpisodeRecord, MalformedRecordError, Termination
+from slime_strands.agent.record import TREATMENTS, EpisodeRecord, MalformedRecordError, Termination
 from slime_strands.errors import ConfigurationError
 from slime_strands.provider.token_manager import TokenManager, TurnInfo
 
@@ -64,11 +64,11 @@ def test_a_failed_record_gives_a_batchable_masked_sample():
     assert EpisodeRecord.of(s).error == "boom"
 
 
-def test_every_termination_has_an_outcome_with_a_real_status():
-    assert set(OUTCOMES) == set(Termination)
-    for outcome in OUTCOMES.values():
+def test_every_termination_has_a_treatment_with_a_real_status():
+    assert set(TREATMENTS) == set(Termination)
+    for outcome in TREATMENTS.values():
         assert outcome.status in Sample.Status.__members__
-    assert [t for t, o in OUTCOMES.items() if o.trains] == [
+    assert [t for t, o in TREATMENTS.items() if o.trains] == [
         Termination.END_TURN,
         Termination.TOOL_LIMIT,
         Termination.MAX_TOKENS,

@@ -91,14 +91,14 @@ def test_what_the_settings_guard_is_checked_again_where_it_is_used():
     """Built by hand (not through the settings), the pieces reject bad values with a ConfigurationError too."""
     from slime_strands.agent.compaction import ContextCompactor
     from slime_strands.agent.limits import ToolLimiter
-    from slime_strands.agent.segment_collector import EpisodeSegments
+    from slime_strands.agent.segment_collector import SegmentCollector
     from slime_strands.sandbox._backends import command
     from slime_strands.settings import CompactionSettings
 
     with pytest.raises(ConfigurationError, match="max_tool_calls must be >= 0 or None, got -1"):
         ToolLimiter(max_tool_calls=-1)
     with pytest.raises(ConfigurationError, match="unknown compaction strategy 'trim'"):
-        ContextCompactor("trim", CompactionSettings(), EpisodeSegments(collect_subagents=False), pinned=1)
+        ContextCompactor("trim", CompactionSettings(), SegmentCollector(collect_subagents=False), pinned=1)
     with pytest.raises(ConfigurationError, match="unknown sandbox backend 'docker'"):
         command("docker", root=False)
 

@@ -14,8 +14,8 @@ from slime_strands.cli.trajectory_keys import find_row, latest_rows
 from slime_strands.trajectories.config_digest import ConfigDigest
 from slime_strands.trajectories.file import (
     SCHEMA,
-    Span,
-    TokenSegment,
+    SavedSegment,
+    SavedSpan,
     TrajectoryFileError,
     TrajectoryRow,
     TrajectoryWriter,
@@ -26,11 +26,15 @@ from slime_strands.trajectories.file import (
 
 
 def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow:
-    segment = TokenSegment(
+    segment = SavedSegment(
         token_ids=[1, 2, 3, 4, 5],
         loss_mask=[0, 0, 1, 1, 0],
         logprobs=[0.0, 0.0, -0.25, -1.5e-7, 0.0],
-        spans=[Span("prompt", 0, 2), Span("generated", 2, 4, "stop"), Span("observation", 4, 5)],
+        spans=[
+            SavedSpan("prompt", 0, 2),
+            SavedSpan("generated", 2, 4, "stop"),
+            SavedSpan("observation", 4, 5),
+        ],
     )
     values = dict(
         key=row_key(prompt_index, sample),

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from .summary import Outcome
+from .summary import TrajectoryTally
 
 __all__ = ["EvalProgress"]
 
@@ -27,7 +27,7 @@ class EvalProgress:
         self,
         total: int,
         *,
-        resumed: Sequence[Outcome] = (),
+        resumed: Sequence[TrajectoryTally] = (),
         stream: TextIO | None = None,
         interval_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
@@ -70,7 +70,7 @@ class EvalProgress:
         self.running += 1
         self._show(advance=0)
 
-    def finished(self, outcome: Outcome) -> None:
+    def finished(self, outcome: TrajectoryTally) -> None:
         self.running -= 1
         self.done += 1
         self.failed += outcome.failed

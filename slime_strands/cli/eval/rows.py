@@ -14,7 +14,7 @@ from typing import Any
 from ...agent.record import EpisodeRecord
 from ...template.messages import to_template_messages, to_template_tools
 from ...trajectories.config_digest import ConfigDigest
-from ...trajectories.file import Span, TokenSegment, TrajectoryRow, row_key
+from ...trajectories.file import SavedSegment, SavedSpan, TrajectoryRow, row_key
 from .data import EvalPrompt
 
 __all__ = ["ERROR_CHARS", "episode_row", "template_tools"]
@@ -57,7 +57,7 @@ def episode_row(
         segments=segments,
         response=record.response,
         reward=float(reward),
-        status=record.outcome.status,
+        status=record.treatment.status,
         record=EpisodeRecord.from_metadata(kept.to_metadata()),  # what the file keeps: no trajectory
         tools=tools,
         chat_template_kwargs=dict(chat_template_kwargs),
@@ -65,20 +65,20 @@ def episode_row(
     )
 
 
-def _segments(record: EpisodeRecord) -> list[TokenSegment]:
+def _segments(record: EpisodeRecord) -> list[SavedSegment]:
     """One token segment per trajectory segment of the episode (several after context compaction or with
     collected sub-agents), each with what the episode record says of it. The record lists only segments with
     tokens after their prompt: an episode that generated nothing has none, and neither has its row (its
     prompt's tokens alone are no trajectory, and a prompt that did not fit the window made rows of 85 MB)."""
     parts = [(s.trajectory, s.to_dict()) for s in record.segments if s.trajectory is not None]
     return [
-        TokenSegment(
+        SavedSegment(
             tm.token_ids,
             tm.loss_mask,
             tm.logprobs,
             [
-                Span(s.kind, s.start, s.end, s.info.finish_reason if s.info is not None else None)
-                for s in tm.segments
+                SavedSpan(s.kind, s.start, s.end, s.info.finish_reason if s.info is not None else None)
+                for s in tm.spans
             ],
             info,
         )

@@ -47,7 +47,7 @@ from .prompt_fit import check_prompts_fit
 from .resume import ResumedRows, check_writable, read_resumable
 from .rows import episode_row, template_tools
 from .server_watch import ServerGone, ServerWatch
-from .summary import DatasetSummary, Outcome, summarize
+from .summary import DatasetSummary, TrajectoryTally, summarize
 from .wandb_log import WandbEvalLog, require_wandb
 
 __all__ = ["EvalOptions", "EvalReport", "run_eval"]
@@ -152,7 +152,7 @@ class _Evaluator:
         self.wandb = wandb
         self.digest: ConfigDigest | None = None
         """The configuration's digests, once the server told its model (:meth:`_check_setup`)."""
-        self.outcomes: dict[str, Outcome] = {}
+        self.outcomes: dict[str, TrajectoryTally] = {}
         self.template_kwargs: dict[str, Any] = (
             {} if settings.enable_thinking is None else {"enable_thinking": settings.enable_thinking}
         )
@@ -349,7 +349,7 @@ class _Evaluator:
 
     async def _reward(self, prompt: EvalPrompt, record: EpisodeRecord) -> float:
         """slime's eval reward on the fields ``generate`` writes; FAILED / ABORTED count as wrong."""
-        if record.outcome.reward is not RewardRule.SCORE:
+        if record.treatment.reward is not RewardRule.SCORE:
             return 0.0
         sample = _GradedSample(
             index=prompt.index,
@@ -365,8 +365,8 @@ class _Evaluator:
         assert self.digest is not None, "set before the first episode"
         return self.digest
 
-    def _collect(self, row: TrajectoryRow, log: WandbEvalLog | None) -> Outcome:
-        outcome = Outcome.of(row)
+    def _collect(self, row: TrajectoryRow, log: WandbEvalLog | None) -> TrajectoryTally:
+        outcome = TrajectoryTally.of(row)
         self.outcomes[row.key] = outcome
         if log is not None:
             log.add(row)

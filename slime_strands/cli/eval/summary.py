@@ -22,15 +22,16 @@ from ...metrics import mean_pass_at_k
 from ...trajectories.file import TrajectoryRow
 from ..text_table import format_columns
 
-__all__ = ["ALL", "DatasetSummary", "Outcome", "format_table", "pass_k_values", "summarize"]
+__all__ = ["ALL", "DatasetSummary", "TrajectoryTally", "format_table", "pass_k_values", "summarize"]
 
 ALL = "all"
 """The name of the row over every dataset (shown when the data has several)."""
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What the summary needs of one trajectory (rows hold megabytes of tokens; this a few fields)."""
+class TrajectoryTally:
+    """The few figures of one trajectory the summary and the progress bar count (rows hold megabytes of
+    tokens; a tally holds a few fields)."""
 
     key: str
     prompt_index: int
@@ -45,7 +46,7 @@ class Outcome:
     """Why the episode FAILED (the row's ``error``)."""
 
     @classmethod
-    def of(cls, row: TrajectoryRow) -> Outcome:
+    def of(cls, row: TrajectoryRow) -> TrajectoryTally:
         record = row.record
         return cls(
             key=row.key,
@@ -88,10 +89,10 @@ def pass_k_values(n: int) -> list[int]:
     return [*ks, n] if n > 0 else []
 
 
-def summarize(outcomes: Iterable[Outcome]) -> list[DatasetSummary]:
+def summarize(outcomes: Iterable[TrajectoryTally]) -> list[DatasetSummary]:
     """One summary per dataset (in order of first appearance), plus ``all`` when there are several."""
-    by_dataset: dict[str, list[Outcome]] = defaultdict(list)
-    every: list[Outcome] = []
+    by_dataset: dict[str, list[TrajectoryTally]] = defaultdict(list)
+    every: list[TrajectoryTally] = []
     for outcome in outcomes:
         by_dataset[outcome.dataset].append(outcome)
         every.append(outcome)
@@ -101,7 +102,7 @@ def summarize(outcomes: Iterable[Outcome]) -> list[DatasetSummary]:
     return rows
 
 
-def _summary(name: str, outcomes: Sequence[Outcome]) -> DatasetSummary:
+def _summary(name: str, outcomes: Sequence[TrajectoryTally]) -> DatasetSummary:
     groups: dict[tuple[str, int], list[bool]] = defaultdict(list)
     for o in outcomes:
         groups[(o.dataset, o.prompt_index)].append(o.correct)
