@@ -334,7 +334,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_eval(commands)
     _add_inspect(commands)
     _add_drift(commands)
-    _add_checks(commands)
+    _add_check_template(commands)
+    _add_validate_config(commands)
+    _add_check_server(commands)
     return parser
 
 
@@ -367,6 +369,14 @@ def _add_eval(commands: Any) -> None:
         "  slime-strands eval --base-url http://127.0.0.1:30000 --tokenizer /root/models/Qwen/Qwen3-8B \\\n"
         "      --data dapo.jsonl --limit 50 --n 4 --wandb-project my-evals",
     )
+    _add_eval_inputs(p.add_argument_group("what to run"))
+    _add_eval_sampling(p.add_argument_group("sampling"))
+    _add_eval_outputs(p.add_argument_group("where results go"))
+    p.set_defaults(run=_eval)
+
+
+def _add_eval_inputs(p: argparse._ArgumentGroup) -> None:
+    """The server, the tokenizer, the data and how much of it runs at once."""
     p.add_argument(
         "--base-url",
         metavar="URL",
@@ -400,6 +410,9 @@ def _add_eval(commands: Any) -> None:
         metavar="FILE.yaml",
         help="plugin settings YAML (its strands: section; default: the built-in math agent)",
     )
+
+
+def _add_eval_outputs(p: argparse._ArgumentGroup) -> None:
     p.add_argument(
         "--out", metavar="FILE.jsonl", help="trajectory JSONL to write (and to resume from when it exists)"
     )
@@ -408,6 +421,10 @@ def _add_eval(commands: Any) -> None:
         metavar="PROJECT",
         help="log the summary and a trajectories table to this wandb project",
     )
+
+
+def _add_eval_sampling(p: argparse._ArgumentGroup) -> None:
+    """What every turn is sent with (as slime's eval sends it), and the response budget."""
     p.add_argument(
         "--temperature", metavar="T", type=float, default=1.0, help="sampling temperature (default: 1.0)"
     )
@@ -428,7 +445,6 @@ def _add_eval(commands: Any) -> None:
         "config's strands.sampling_params and --temperature / --top-p; max_new_tokens caps each turn "
         "(--max-response-len stays the budget of the whole response)",
     )
-    p.set_defaults(run=_eval)
 
 
 def _add_inspect(commands: Any) -> None:
@@ -507,7 +523,7 @@ def _add_drift(commands: Any) -> None:
     p.set_defaults(run=_drift)
 
 
-def _add_checks(commands: Any) -> None:
+def _add_check_template(commands: Any) -> None:
     template = _command(
         commands,
         "check-template",
@@ -532,6 +548,9 @@ def _add_checks(commands: Any) -> None:
         "read the tool call the template renders",
     )
     template.set_defaults(run=_check_template)
+
+
+def _add_validate_config(commands: Any) -> None:
     config = _command(
         commands,
         "validate-config",
@@ -550,6 +569,9 @@ def _add_checks(commands: Any) -> None:
         "slime's args or another plugin); a near-miss of strands (strand, Strands) stays an error",
     )
     config.set_defaults(run=_validate_config)
+
+
+def _add_check_server(commands: Any) -> None:
     server = _command(
         commands,
         "check-server",

@@ -448,10 +448,22 @@ class SGLangClient:
         body = _generate_body(
             sampling_params, count, return_routed_experts, routed_experts_start_len, extra_body
         )
-        headers = {ROUTING_KEY_HEADER: routing_key} if routing_key else None
         handle = RequestHandle() if handle is None else handle
         attempt = _Attempt(self, body, input_ids.json_pieces(input_ids_tail), handle, rid)
         start = routed_experts_start_len if return_routed_experts else None
+        return await self._send_generate(attempt, routing_key, start, abort_retries, abort_expected)
+
+    async def _send_generate(
+        self,
+        attempt: _Attempt,
+        routing_key: str | None,
+        routed_experts_start: int | None,
+        abort_retries: int,
+        abort_expected: Callable[[], bool] | None,
+    ) -> GenerateResult:
+        """POST the request (retried by :meth:`_request`), sent again when the server aborts it on its own, up to
+        ``abort_retries`` times (see :meth:`generate`)."""
+        headers = {ROUTING_KEY_HEADER: routing_key} if routing_key else None
         for resend in range(abort_retries + 1):
             try:
                 response = await self._request("POST", "/generate", headers=headers, attempt=attempt)
@@ -462,8 +474,8 @@ class SGLangClient:
             except SGLangContextLengthError as exc:
                 self._learn_window(exc.window)
                 raise
-            result = _parse_generate(response, attempt.rid or "", start)
-            expected = handle.aborted or (abort_expected is not None and abort_expected())
+            result = _parse_generate(response, attempt.rid or "", routed_experts_start)
+            expected = attempt.aborted or (abort_expected is not None and abort_expected())
             if result.finish_reason != "abort" or not abort_retries or expected:
                 return result
             logger.warning(
@@ -638,6 +650,11 @@ class _Attempt:
         self._next_rid = first_rid
         self.rid: str | None = None
         """The id of the latest attempt: the one that answered, once the request returned."""
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the caller aborted the request (its handle)."""
+        return self._handle.aborted
 
     async def send(self, headers: Mapping[str, str]) -> _Response:
         if self._handle.aborted:
