@@ -3,12 +3,14 @@
 Public API::
 
     from slime_strands import SGLangClient, SGLangModel, TokenManager, ToolLimiter, ToolIterationLimiter
+    from slime_strands import build_agent, run_agent  # the agent as the plugin builds and runs it (the fast path)
     from slime_strands.tool_parsers import HermesToolParser
 
 slime's entry points live in ``slime_strands.rollout`` (generate), ``slime_strands.reward`` and
 ``slime_strands.metrics``; they import slime lazily (it is not on PyPI).
 """
 
+from .agent.episode import build_agent, run_agent
 from .agent.limits import ToolIterationLimiter, ToolLimiter
 from .errors import ConfigurationError, SlimeStrandsError
 from .provider.client import (
@@ -47,5 +49,7 @@ __all__ = [
     "ToolLimiter",
     "TrajectoryError",
     "TurnInfo",
+    "build_agent",
+    "run_agent",
 ]
 __version__ = "0.1.0"

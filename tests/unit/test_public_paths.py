@@ -155,6 +155,8 @@ def test_every_name_exported_from_the_package():
         "ToolLimiter",
         "TrajectoryError",
         "TurnInfo",
+        "build_agent",  # the agent as the plugin builds and runs it: the library's fast path
+        "run_agent",
     }
     assert today <= set(slime_strands.__all__)
     for name in slime_strands.__all__:
