@@ -150,8 +150,9 @@ async def _write(
 async def _scored_segments(
     args: Any, sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any
 ) -> tuple[list[Any], EpisodeRecord]:
-    """The episode's samples and its record as written, each sample with the episode's reward (slime's reward function scores the last
-    segment, which holds the final answer; one that raises fails the episode, not the rollout step)."""
+    """The episode's samples and its record as written, each sample with the episode's reward (slime's reward
+    function scores the last segment, which holds the final answer; one that raises fails the episode, not the
+    rollout step)."""
     written = write_samples(sample, record, contract, tokenizer)
     samples = list(written.samples)
     if written.record.treatment.reward is not RewardRule.SCORE:

@@ -413,10 +413,10 @@ class SGLangModel(Model):
 
     async def _generate(self, *args: Any, **kwargs: Any) -> GenerateResult:
         """``client.generate`` for this trajectory. When ``abort_expected`` is an
-        :class:`~slime_strands.provider.abort_signal.AbortSignal` (an episode's abort flag), the moment it holds the request
-        is aborted by its exact ids (:meth:`abort`): the turn in flight ends at once with the tokens written so
-        far, whether or not anyone aborts the whole server (slime does, but a router between may keep a
-        request it sent late), and no attempt of it is sent after that."""
+        :class:`~slime_strands.provider.abort_signal.AbortSignal` (an episode's abort flag), the moment it holds
+        the request is aborted by its exact ids (:meth:`abort`): the turn in flight ends at once with the tokens
+        written so far, whether or not anyone aborts the whole server (slime does, but a router between may
+        keep a request it sent late), and no attempt of it is sent after that."""
         signal = self.config["abort_expected"]
         if not isinstance(signal, AbortSignal):
             return await self.client.generate(*args, handle=self._requests, **kwargs)
