@@ -18,13 +18,15 @@ __all__ = ["install_command"]
 
 DISTRIBUTION = "slime-strands"
 _NAME = re.compile(r'^name\s*=\s*"slime-strands"\s*$', re.MULTILINE)
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+"""The imported ``slime_strands`` folder (this file is ``slime_strands/cli/install_hints.py``)."""
 
 
 def install_command(extra: str, package_dir: Path | None = None) -> str:
     """``pip install -e '<checkout>[extra]'`` when the package is imported from a source checkout, else
     ``pip install 'slime-strands[extra]'``; ``package_dir``: the imported ``slime_strands`` folder (default:
     this one)."""
-    checkout = (package_dir or Path(__file__).resolve().parent).parent
+    checkout = (package_dir or _PACKAGE_DIR).parent
     if _is_this_project(checkout / "pyproject.toml"):
         return f"pip install -e '{checkout}[{extra}]'"
     return f"pip install '{DISTRIBUTION}[{extra}]'"
