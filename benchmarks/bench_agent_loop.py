@@ -79,7 +79,7 @@ async def run(turns: int, tool_tokens: int) -> None:
         await agent.invoke_async("Fetch data repeatedly.")
         total = time.perf_counter() - started
 
-    from slime_strands.chat import to_template_messages, to_template_tools
+    from slime_strands.template.messages import to_template_messages, to_template_tools
 
     conversation = to_template_messages(agent.messages)
     tools = to_template_tools([fetch.tool_spec])

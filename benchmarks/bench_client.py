@@ -524,7 +524,7 @@ class _Adapter:
         if self.cell.kind.startswith(BARE):
             return await self._run_bare(prompt, tools, meter)
         if self.cell.kind == "slime-strands":
-            from slime_strands.episode import EpisodeSpec, run_episode
+            from slime_strands.agent.episode import EpisodeSpec, run_episode
 
             spec = EpisodeSpec(
                 prompt=prompt,
@@ -536,8 +536,8 @@ class _Adapter:
             )
         model = self.model()
         if self.cell.kind == "null-ours":  # the Strands part of slime-strands' episode: its agent and loop
-            from slime_strands.episode import build_agent, run_agent
-            from slime_strands.limits import ToolLimiter
+            from slime_strands.agent.episode import build_agent, run_agent
+            from slime_strands.agent.limits import ToolLimiter
 
             agent = build_agent(model, tools=tools, hooks=[meter], system_prompt=SYSTEM_PROMPT)
             termination, error = await run_agent(agent, prompt, limiter=ToolLimiter())
@@ -561,7 +561,7 @@ class _Adapter:
         import copy
 
         from slime_strands import SGLangModel
-        from slime_strands.history import AgentHistory
+        from slime_strands.agent.history import AgentHistory
 
         (lookup,) = tools
         model = SGLangModel(
@@ -849,7 +849,7 @@ def _worker(spec: str) -> None:
     cell = Cell(**json.loads(spec))
     # slime-strands' episodes apply it (the bare model stands for them, null-ours is their Strands part)
     if cell.client.endswith(GC_SUFFIX) or cell.client == "null-ours" or cell.kind.startswith(BARE):
-        from slime_strands.runtime import raise_gc_threshold
+        from slime_strands.agent.runtime import raise_gc_threshold
         from slime_strands.settings import PluginSettings
 
         raise_gc_threshold(PluginSettings())

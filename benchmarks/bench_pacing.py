@@ -3,7 +3,7 @@
 A Strands invocation runs its tool rounds recursively (the model call after a round happens inside that
 round's generator), so every event of turn N passes through N nested generators, and after ~245 rounds on
 Python 3.12 the nesting passes the recursion limit. slime-strands runs episodes as several invocations
-(``slime_strands.pacing``, ``tool_rounds_per_invocation``). This drives an agent slime-strands builds
+(``slime_strands.agent.pacing``, ``tool_rounds_per_invocation``). This drives an agent slime-strands builds
 (``build_agent`` + ``run_agent``) around a model that does nothing (``bench_client``'s null model: a scripted
 tool call per turn whose tool returns 100-300 words, then an answer) for ``--rounds`` tool rounds, once as a
 single invocation and once paced, each in a fresh process with the episodes' garbage-collector setting, and
@@ -38,9 +38,9 @@ async def _run(rounds: int, pace: int | None) -> dict[str, Any]:
     from strands import tool
     from strands.hooks import AfterModelCallEvent, HookProvider, HookRegistry
 
-    from slime_strands.episode import build_agent, run_agent
-    from slime_strands.limits import ToolLimiter
-    from slime_strands.runtime import raise_gc_threshold
+    from slime_strands.agent.episode import build_agent, run_agent
+    from slime_strands.agent.limits import ToolLimiter
+    from slime_strands.agent.runtime import raise_gc_threshold
     from slime_strands.settings import PluginSettings
 
     @tool

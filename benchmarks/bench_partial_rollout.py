@@ -101,7 +101,7 @@ async def _steps(opts: argparse.Namespace, resume: bool) -> list[dict[str, Any]]
     from partial_kit import ContinuingPolicy, real_slime
     from transformers import AutoTokenizer
 
-    from slime_strands.record import EpisodeRecord
+    from slime_strands.agent.record import EpisodeRecord
     from slime_strands.testing import SGLangTestServer
 
     with real_slime() as slime:

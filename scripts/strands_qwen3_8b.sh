@@ -6,7 +6,7 @@
 #   DRY_RUN=1 bash scripts/strands_qwen3_8b.sh       # prints the commands, runs nothing
 #
 # Every setting is an environment variable (see scripts/lib/common.sh, ss_defaults, and the
-# "Training guide" in README.md); the values below are this recipe's defaults.
+# training guide, docs/training.md); the values below are this recipe's defaults.
 set -euo pipefail
 
 : "${MODEL_NAME:=Qwen3-8B}"

@@ -3,13 +3,17 @@
 Public API::
 
     from slime_strands import SGLangClient, SGLangModel, TokenManager, ToolLimiter, ToolIterationLimiter
+    from slime_strands import build_agent, run_agent  # the agent as the plugin builds and runs it (the fast path)
     from slime_strands.tool_parsers import HermesToolParser
 
 slime's entry points live in ``slime_strands.rollout`` (generate), ``slime_strands.reward`` and
 ``slime_strands.metrics``; they import slime lazily (it is not on PyPI).
 """
 
-from .client import (
+from .agent.episode import build_agent, run_agent
+from .agent.limits import ToolIterationLimiter, ToolLimiter
+from .errors import ConfigurationError, SlimeStrandsError
+from .provider.client import (
     GenerateResult,
     SGLangAbortError,
     SGLangClient,
@@ -20,10 +24,8 @@ from .client import (
     SGLangProtocolError,
     SGLangTimeoutError,
 )
-from .errors import ConfigurationError, SlimeStrandsError
-from .limits import ToolIterationLimiter, ToolLimiter
-from .model import GenerationAbortedError, ResponseBudgetExhaustedError, SGLangModel, TrajectoryError
-from .token_manager import Segment, TokenManager, TurnInfo
+from .provider.model import GenerationAbortedError, ResponseBudgetExhaustedError, SGLangModel, TrajectoryError
+from .provider.token_manager import Segment, Span, TokenManager, TurnInfo
 
 __all__ = [
     "ConfigurationError",
@@ -41,10 +43,13 @@ __all__ = [
     "SGLangTimeoutError",
     "Segment",
     "SlimeStrandsError",
+    "Span",
     "TokenManager",
     "ToolIterationLimiter",
     "ToolLimiter",
     "TrajectoryError",
     "TurnInfo",
+    "build_agent",
+    "run_agent",
 ]
 __version__ = "0.1.0"

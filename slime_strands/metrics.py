@@ -7,7 +7,7 @@ slime's RolloutManager calls them positionally: ``fn(rollout_id, args, samples, 
 rollout_time)`` with the step's flat list of Samples, and ``fn(rollout_id, args, data, extra_metrics)`` with
 ``data = {dataset: {"rewards": [...], "truncated": [...], "samples": [...]}}`` (eval samples in prompt order,
 ``n_samples_per_eval_prompt`` per prompt). Both aggregate each sample's
-:class:`~slime_strands.record.EpisodeRecord` (written by :func:`slime_strands.rollout.generate`), log through slime's own tracking (wandb / tensorboard, on slime's
+:class:`~slime_strands.agent.record.EpisodeRecord` (written by :func:`slime_strands.rollout.generate`), log through slime's own tracking (wandb / tensorboard, on slime's
 ``rollout/step`` / ``eval/step`` axes) and return False so slime's default logging still runs. Without slime
 the dict goes to the Python log. A logging problem never propagates: it is logged and the step goes on.
 
@@ -18,7 +18,7 @@ generated_tokens; ``<p>/tool_error_rate`` (failed runs / tool calls; malformed c
 ``<p>/parse_errors_per_sample/<kind>`` (malformed calls of that kind per sample: ``inside_reasoning`` calls
 never become attempts, so a per-attempt rate would not be a rate); ``<p>/termination/<reason>`` and
 ``<p>/status/<status>`` (fractions of samples: status counts every sample, everything else only samples that
-carry an episode record; termination names come from ``record.OUTCOMES``); ``<p>/remove_sample_rate``; ``<p>/cache_hit_rate`` (cached / prompt tokens);
+carry an episode record; termination names come from ``record.TREATMENTS``); ``<p>/remove_sample_rate``; ``<p>/cache_hit_rate`` (cached / prompt tokens);
 ``<p>/tool_token_share`` (tool tokens / response tokens); ``<p>/tool_outputs_truncated_per_sample``;
 ``<p>/regenerated_rate``; ``<p>/samples`` (episodes). Long-horizon episodes (``context_management``,
 ``collect_subagents``): ``<p>/segments_mean|_p50|_p99|_max`` (samples per episode: trajectory segments),
@@ -45,7 +45,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .record import EpisodeRecord, has_malformed_record
+from .agent.record import EpisodeRecord, has_malformed_record
 
 __all__ = ["aggregate", "log_eval_rollout", "log_rollout", "mean_pass_at_k", "pass_at_k"]
 
@@ -157,7 +157,7 @@ def aggregate(samples: Iterable[Any]) -> dict[str, float]:
     for r in records:
         parse_errors.update(r.parse_errors)
     out.update({f"parse_errors_per_sample/{kind}": count / n for kind, count in parse_errors.items()})
-    terminations = Counter(r.outcome.metric for r in records)
+    terminations = Counter(r.treatment.metric for r in records)
     out.update({f"termination/{name}": count / n for name, count in terminations.items()})
     out["remove_sample_rate"] = sum(bool(getattr(s, "remove_sample", False)) for s, _ in pairs) / n
     return out

@@ -21,9 +21,10 @@ import logging
 import re
 from typing import Any
 
+from ._slime.config import SlimeConfig
 from ._verify_worker import verify_in_worker
-from .record import EpisodeRecord
-from .settings import RewardSettings, settings_from_args
+from .agent.record import EpisodeRecord
+from .settings import RewardSettings
 
 __all__ = ["accuracy", "extract_answer", "final_answer_text", "grade", "math_reward"]
 
@@ -178,7 +179,9 @@ async def _is_correct(sample: Any, settings: RewardSettings) -> bool:
 
 async def math_reward(args: Any, sample: Any, **kwargs: Any) -> float | list[float]:
     """dapo-style reward: ``correct`` / ``incorrect``, shaped by tool use on failures in training only."""
-    settings = settings_from_args(args).reward  # invalid settings raise: every sample would be scored wrong
+    settings = SlimeConfig.of(
+        args
+    ).settings.reward  # invalid settings raise: every sample would be scored wrong
     if isinstance(sample, list):
         return list(await asyncio.gather(*(_math_reward(settings, s) for s in sample)))
     return await _math_reward(settings, sample)
@@ -204,7 +207,7 @@ async def _math_reward(settings: RewardSettings, sample: Any) -> float:
 
 async def accuracy(args: Any, sample: Any, **kwargs: Any) -> float | list[float]:
     """Plain accuracy (1.0 / 0.0), for eval configs: what pass@k and ``eval/<name>`` should count."""
-    settings = settings_from_args(args).reward
+    settings = SlimeConfig.of(args).settings.reward
     if isinstance(sample, list):
         return list(await asyncio.gather(*(_accuracy(settings, s) for s in sample)))
     return await _accuracy(settings, sample)

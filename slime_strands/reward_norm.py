@@ -30,11 +30,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CENTERED_ESTIMATORS", "post_process_rewards"]
+from ._slime.advantage import CENTERED_ESTIMATORS, STD_SCALED_ESTIMATORS
 
-CENTERED_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
-"""``--advantage-estimator`` values whose rewards slime normalises per group (``--rewards-normalization``)."""
-_STD_SCALED = ("grpo", "gspo", "cispo")
+__all__ = ["CENTERED_ESTIMATORS", "post_process_rewards"]
 
 
 def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[Any], list[float]]:
@@ -51,7 +49,7 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[Any], 
     size = args.n_samples_per_prompt
     # slime's grouping, over rollouts: n_samples_per_prompt per group when the batch is full, else one group.
     width = size if len(rollouts) == size * args.rollout_batch_size else len(rollouts)
-    scale = args.advantage_estimator in _STD_SCALED and args.grpo_std_normalization
+    scale = args.advantage_estimator in STD_SCALED_ESTIMATORS and args.grpo_std_normalization
     advantages = np.zeros_like(rewards)
     for start in range(0, len(rollouts), max(width, 1)):
         group, dead = rewards[start : start + width], failed[start : start + width]

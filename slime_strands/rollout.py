@@ -3,14 +3,14 @@
     --custom-generate-function-path slime_strands.rollout.generate
 
 Three steps per sample: the slime adapter turns slime's ``args`` / ``Sample`` / sampling params into an
-:class:`~slime_strands.episode.EpisodeSpec` and the shared :class:`~slime_strands.runtime.Runtime`;
-:func:`~slime_strands.episode.run_episode` runs the agent and returns the typed
-:class:`~slime_strands.record.EpisodeRecord`; :func:`~slime_strands.sample_writer.write_sample` turns the
-record into the Sample's fields (``record.OUTCOMES`` says which status, reward and metrics each ending gets).
+:class:`~slime_strands.agent.episode.EpisodeSpec` and the shared :class:`~slime_strands.agent.runtime.Runtime`;
+:func:`~slime_strands.agent.episode.run_episode` runs the agent and returns the typed
+:class:`~slime_strands.agent.record.EpisodeRecord`; :func:`~slime_strands._slime.sample_writer.write_sample` turns the
+record into the Sample's fields (``record.TREATMENTS`` says which status, reward and metrics each ending gets).
 
 Partial rollout (``--partial-rollout``): an episode slime's abort stops leaves a checkpoint on its ABORTED
 sample, and when slime hands the sample back ``generate`` continues the episode where it stopped (see
-``slime_strands.partial_rollout``); a sample without one starts from its prompt.
+``slime_strands._slime.partial_rollout``); a sample without one starts from its prompt.
 
 Fan-out: when an episode may produce several samples (``context_management`` compacts its history, or
 ``collect_subagents`` trains its sub-agents), training returns ``list[Sample]``, one per trajectory segment,
@@ -35,19 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from .checkpoint import EpisodeCheckpoint
-from .episode import run_episode
-from .errors import ConfigurationError
-from .partial_rollout import EpisodeSamples, save_checkpoint, take_checkpoint
-from .record import EpisodeRecord, RewardRule, Termination
-from .runtime import Runtime
-from .sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
-from .slime_adapter import (
+from ._slime.adapter import (
     check_fanout_flags,
     episode_spec,
     runtime_for,
@@ -55,6 +49,13 @@ from .slime_adapter import (
     score_sample,
     slime_generate_state,
 )
+from ._slime.partial_rollout import EpisodeSamples, save_checkpoint, take_checkpoint
+from ._slime.sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
+from .agent.episode import run_episode
+from .agent.record import EpisodeRecord, RewardRule, Termination
+from .agent.runtime import Runtime
+from .errors import ConfigurationError
+from .provider.checkpoint import EpisodeCheckpoint
 
 __all__ = ["generate"]
 
@@ -76,11 +77,14 @@ async def generate(
     if fan_out:
         check_fanout_flags(args)
     record, contract, tokenizer = await _run(args, runtime, sample, sampling_params, evaluation, checkpoint)
-    record.regenerations = attempts
-    record.wall_time_s = time.perf_counter() - started
-    if contract.mask_offpolicy:
-        record.offpolicy_masked_tokens = record.carried_generated_tokens()
-    samples = await _write(args, sample, record, contract, tokenizer, fan_out=fan_out)
+    carried = record.carried_generated_tokens() if contract.mask_offpolicy else record.offpolicy_masked_tokens
+    record = dataclasses.replace(
+        record,
+        regenerations=attempts,
+        wall_time_s=time.perf_counter() - started,
+        offpolicy_masked_tokens=carried,
+    )
+    samples, record = await _write(args, sample, record, contract, tokenizer, fan_out=fan_out)
     save_checkpoint(sample, record)
     if not fan_out or record.termination is Termination.ABORTED:
         return sample
@@ -128,31 +132,31 @@ async def _run(
 
 async def _write(
     args: Any, sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any, *, fan_out: bool
-) -> list[Any]:
-    """The record written into ``sample`` (and, fanned out, into its segments' copies, scored); a failure
-    doing so rewrites ``sample`` FAILED instead of reaching slime's rollout step."""
+) -> tuple[list[Any], EpisodeRecord]:
+    """The record written into ``sample`` (and, fanned out, into its segments' copies, scored), and the record
+    as written (FAILED when the writer could not replay it); a failure doing so rewrites ``sample`` FAILED
+    instead of reaching slime's rollout step."""
     try:
         if not fan_out:
-            write_sample(sample, record, contract, tokenizer)
-            return [sample]
+            return [sample], write_sample(sample, record, contract, tokenizer)
         return await _scored_segments(args, sample, record, contract, tokenizer)
     except (ConfigurationError, asyncio.CancelledError):
         raise
     except Exception as exc:
         logger.exception("slime-strands: writing sample %s failed", getattr(sample, "index", "?"))
-        _rewrite_failed(sample, record, contract, tokenizer, f"{type(exc).__name__}: {exc}")
-        return [sample]
+        return [sample], _rewrite_failed(sample, record, contract, tokenizer, f"{type(exc).__name__}: {exc}")
 
 
 async def _scored_segments(
     args: Any, sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any
-) -> list[Any]:
-    """The episode's samples, each with the episode's reward (slime's reward function scores the last
-    segment, which holds the final answer; one that raises fails the episode, not the rollout step)."""
-    samples = write_samples(sample, record, contract, tokenizer)
-    last = EpisodeRecord.of(samples[-1])
-    if last is None or last.outcome.reward is not RewardRule.SCORE:
-        return samples
+) -> tuple[list[Any], EpisodeRecord]:
+    """The episode's samples and its record as written, each sample with the episode's reward (slime's reward
+    function scores the last segment, which holds the final answer; one that raises fails the episode, not the
+    rollout step)."""
+    written = write_samples(sample, record, contract, tokenizer)
+    samples = list(written.samples)
+    if written.record.treatment.reward is not RewardRule.SCORE:
+        return samples, written.record
     try:
         reward = await score_sample(args, samples[-1])
     except (ConfigurationError, asyncio.CancelledError):
@@ -161,18 +165,18 @@ async def _scored_segments(
         logger.exception(
             "slime-strands: the reward function failed on sample %s", getattr(sample, "index", "?")
         )
-        _rewrite_failed(sample, record, contract, tokenizer, f"reward function: {type(exc).__name__}: {exc}")
-        return [sample]
+        error = f"reward function: {type(exc).__name__}: {exc}"
+        return [sample], _rewrite_failed(sample, record, contract, tokenizer, error)
     for item in samples:
         item.reward = copy.deepcopy(reward)
-    return samples
+    return samples, written.record
 
 
 def _rewrite_failed(
     sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any, error: str
-) -> None:
-    """``sample`` written again as a FAILED episode, whatever the episode's record said; its counters of
-    attempts and time are kept."""
+) -> EpisodeRecord:
+    """``sample`` written again as a FAILED episode, whatever the episode's record said (its counters of
+    attempts and time are kept); returns the FAILED record."""
     reset_for_generation(sample)
     failed = EpisodeRecord(
         Termination.FAILED,
@@ -181,4 +185,4 @@ def _rewrite_failed(
         regenerations=record.regenerations,
         wall_time_s=record.wall_time_s,
     )
-    write_sample(sample, failed, contract, tokenizer)
+    return write_sample(sample, failed, contract, tokenizer)

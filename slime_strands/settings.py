@@ -34,15 +34,15 @@ from typing import Any
 import yaml
 
 from .errors import ConfigurationError
-from .pacing import DEFAULT_TOOL_ROUNDS_PER_INVOCATION
-from .record import COMPACTION_STRATEGIES
-from .sampling import SamplingParamError, SamplingParams
+from .provider.sampling import SamplingParamError, SamplingParams
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
+    "COMPACTION_STRATEGIES",
     "CONTEXT_MANAGEMENT",
     "DEFAULT_SUMMARY_PROMPT",
     "DEFAULT_SYSTEM_PROMPT",
+    "DEFAULT_TOOL_ROUNDS_PER_INVOCATION",
     "CompactionSettings",
     "PluginSettings",
     "RewardSettings",
@@ -65,8 +65,14 @@ DEFAULT_SUMMARY_PROMPT = (
     "that lets you continue the task without it: the task, what you tried, the tool results that matter "
     "(numbers, code, errors), what is settled and what remains to do. Write only the summary; do not call tools."
 )
+COMPACTION_STRATEGIES = ("summarize", "sliding_window")
+"""The ways ``context_management`` rewrites a history; each is also the ``SegmentRecord.opened_by`` of a segment
+that starts from a history so rewritten."""
 CONTEXT_MANAGEMENT = ("none", *COMPACTION_STRATEGIES)
 """Values of ``PluginSettings.context_management``."""
+DEFAULT_TOOL_ROUNDS_PER_INVOCATION = 16
+"""``tool_rounds_per_invocation``'s default: Strands' nesting stays under ~60 generator levels, and an
+invocation's own overhead is paid once per 16 rounds (``slime_strands.agent.pacing``)."""
 
 
 class SettingsError(ConfigurationError):
@@ -161,7 +167,7 @@ class RewardSettings:
 
 @dataclass(frozen=True)
 class CompactionSettings:
-    """When and how ``context_management`` rewrites a long episode's history (see ``slime_strands.compaction``).
+    """When and how ``context_management`` rewrites a long episode's history (see ``slime_strands.agent.compaction``).
 
     Each rewrite closes the episode's current trajectory segment and starts a new one from the re-rendered,
     compacted conversation; every segment becomes its own slime sample.
@@ -271,14 +277,14 @@ class PluginSettings:
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
     """SGLang sampling params sent with every turn (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``,
     ``top_k``, ``min_p``, ``stop``, ``logit_bias``, ...; keys SGLang does not accept are refused, naming the
-    key). They win over slime's (``slime_strands.sampling`` says how they merge): ``max_new_tokens`` here caps
+    key). They win over slime's (``slime_strands.provider.sampling`` says how they merge): ``max_new_tokens`` here caps
     each turn (slime's stays the whole trajectory's budget), and in training ``temperature`` / ``top_p`` must
     equal slime's ``--rollout-temperature`` / ``--rollout-top-p`` (its trainer uses them)."""
     gc_young_threshold: int | None = 100_000
     """Allocations between two young garbage collections (Python's generation-0 threshold, 700 by default):
     raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands
     copies every conversation twice per model call, so at hundreds of agents per process the default makes
-    garbage collection over a third of the client's CPU (README, "Performance at scale")."""
+    garbage collection over a third of the client's CPU (docs/performance.md, "Garbage collection")."""
 
     @property
     def fans_out(self) -> bool:

@@ -15,10 +15,10 @@ from typing import Any
 from conftest import qwen3_tokenizer_path
 
 from slime_strands.cli import main
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.token_manager import TokenManager, TurnInfo
-from slime_strands.trajectory_file import TokenSegment, TrajectoryRow
+from slime_strands.trajectories.file import SavedSegment, TrajectoryRow
 
 CALL_ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 
@@ -118,7 +118,7 @@ def latest(rows: Sequence[TrajectoryRow]) -> dict[str, TrajectoryRow]:
     return {row.key: row for row in rows}
 
 
-def token_manager(segment: TokenSegment) -> TokenManager:
+def token_manager(segment: SavedSegment) -> TokenManager:
     """The segment rebuilt as the TokenManager that recorded it (every span appended as the episode did)."""
     tm = TokenManager()
     for span in segment.spans:
@@ -144,7 +144,7 @@ def check_row(row: TrajectoryRow, server: SGLangTestServer, since: int = 0) -> N
         assert_trajectory_invariants(token_manager(segment), server, requests=requests)
 
 
-def low_confidence(segment: TokenSegment, threshold: float) -> list[int]:
+def low_confidence(segment: SavedSegment, threshold: float) -> list[int]:
     return [
         i
         for i, (m, lp) in enumerate(zip(segment.loss_mask, segment.logprobs, strict=True))

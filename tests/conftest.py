@@ -12,8 +12,8 @@ def qwen3_tokenizer_path() -> str:
     override = os.environ.get("SLIME_STRANDS_TEST_TOKENIZER")
     if override:
         return override
-    from slime_strands.command_errors import CommandError
-    from slime_strands.tokenizer_loading import demo_tokenizer_folder
+    from slime_strands.cli.errors import CommandError
+    from slime_strands.cli.tokenizer_loading import demo_tokenizer_folder
 
     try:
         return demo_tokenizer_folder()  # the `--tokenizer qwen3-demo` files

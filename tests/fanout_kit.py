@@ -7,10 +7,10 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
+from slime_strands.provider.token_manager import TokenManager
 from slime_strands.settings import DEFAULT_SUMMARY_PROMPT
 from slime_strands.testing import RecordedRequest, SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.token_manager import TokenManager
 
 SUMMARY = "Summary: the task is to add numbers; {n} additions are done; keep adding."
 SUMMARY_MARK = DEFAULT_SUMMARY_PROMPT[:60]
@@ -85,5 +85,5 @@ def assert_segments(
     ):
         assert requests, "a segment without requests"
         assert_trajectory_invariants(tm, server, requests=requests)
-        generated = [s for s in tm.segments if s.kind == "generated"]
+        generated = [s for s in tm.spans if s.kind == "generated"]
         assert len(generated) == sum(r.body.get("rid") in server.answers for r in requests)

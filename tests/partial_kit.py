@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from slime_helpers import make_args, slime_source
 
-from slime_strands.record import EpisodeRecord
+from slime_strands.agent.record import EpisodeRecord
 from slime_strands.testing import SGLangTestServer, Turn
 
 LAYERS, TOPK = 3, 2
@@ -213,7 +213,7 @@ def assert_same_episode(continued: Any, reference: Any, *, masked_before: int = 
         "generated_tokens",
     )
     assert {k: getattr(ours, k) for k in same} == {k: getattr(theirs, k) for k in same}
-    assert [dataclasses.replace(s, carried_tokens=0) for s in ours.segments] == theirs.segments
+    assert [dataclasses.replace(s, carried_tokens=0) for s in ours.segments] == list(theirs.segments)
 
 
 # -- slime's real rollout module ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import asyncio
 
 from strands import tool
 
-from slime_strands.subagents import subagent_tool
+from slime_strands.agent.subagents import subagent_tool
 
 ABORT_FLAG: dict[str, object] = {"state": None}
 CALLS: dict[str, int] = {"add": 0}

@@ -14,7 +14,7 @@ import numpy as np
 from conftest import qwen3_tokenizer_path
 
 from slime_strands import rollout
-from slime_strands.record import EpisodeRecord
+from slime_strands.agent.record import EpisodeRecord
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_sample_matches_server
 from slime_strands.testing.slime_types import load_sample_class

@@ -58,6 +58,26 @@ def _mapped_ids(path: str) -> list[tuple[int, int]]:
         return [(0, 1 << 32)]
 
 
+async def _spawn(backend: str, root: bool, settings: SandboxSettings) -> asyncio.subprocess.Process:
+    """The warm interpreter's process under ``backend`` (its command line may take a ``bwrap --help``)."""
+    build = functools.partial(command, backend, root=root, tmp_mb=settings.tmp_size_mb)
+    argv = await asyncio.get_running_loop().run_in_executor(None, build)
+    if argv is None:
+        raise SandboxUnavailableError(f"{backend}: not installed")
+    try:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=sandbox_env(),
+            start_new_session=True,
+            limit=1 << 26,
+        )
+    except OSError as exc:
+        raise SandboxUnavailableError(f"{backend}: cannot start: {exc}") from exc
+
+
 def _run_uids(count: int) -> list[int]:
     """``count`` consecutive unused uids (= gids) for runs: random, far above any real user's, within what
     our user namespace maps (a rootless container maps only a few thousand ids). None if too few are
@@ -125,30 +145,13 @@ class _Interpreter:
     @classmethod
     async def start(cls, backend: str, settings: SandboxSettings, concurrency: int) -> _Interpreter:
         root = os.geteuid() == 0
-        build = functools.partial(command, backend, root=root, tmp_mb=settings.tmp_size_mb)
-        argv = await asyncio.get_running_loop().run_in_executor(None, build)  # may run `bwrap --help`
-        if argv is None:
-            raise SandboxUnavailableError(f"{backend}: not installed")
         uids = _run_uids(concurrency) if root else []
         private_tmp = {"bwrap": "chmod", "unshare": "chroot"}.get(backend)
-        base = "/tmp/runs" if private_tmp else None  # None: the interpreter makes (and removes) a temp dir
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=sandbox_env(),
-                start_new_session=True,
-                limit=1 << 26,
-            )
-        except OSError as exc:
-            raise SandboxUnavailableError(f"{backend}: cannot start: {exc}") from exc
-        interp = cls(backend, proc, uids, concurrency)
+        interp = cls(backend, await _spawn(backend, root, settings), uids, concurrency)
         interp.drain = asyncio.ensure_future(interp._drain_stderr())
         reap = sorted(HOST.orphan_uids) if backend == "limits" else []
         config = {
-            "base_dir": base,
+            "base_dir": "/tmp/runs" if private_tmp else None,  # None: the interpreter makes (and removes) one
             "uids": uids,
             "preload": list(settings.preload_modules) if settings.prewarm else [],
             "reap_uids": reap,
@@ -159,26 +162,7 @@ class _Interpreter:
             "python_paths": python_paths(),
         }
         try:
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps(config).encode() + b"\n")
-            await proc.stdin.drain()
-            line = await within(proc.stdout.readline(), _START_TIMEOUT_S)
-            ready = json.loads(line) if line else {}
-            if not ready.get("ready"):
-                raise _StartFailed("the interpreter did not start")
-            if not private_tmp:
-                interp.host_dir = ready.get("base_dir")
-            if ready.get("stdlib_private") and uids:
-                HOST.warn_once(
-                    f"slime-strands sandbox ({backend}): the Python installation ({sys.base_prefix}) is not "
-                    "readable by the unprivileged run uid, so runs can import only preloaded modules; use the "
-                    "bwrap or unshare backend, or install Python outside a private directory such as /root"
-                )
-            HOST.orphan_uids.difference_update(reap)
-            interp.reader = asyncio.ensure_future(interp._read_results())
-            probe = await interp.request(_PROBE, settings)
-            if probe.get("stdout", "").strip() != "42":
-                raise _StartFailed(f"the probe run failed: {probe}")
+            await interp._handshake(config, settings, reap)
         except BaseException as exc:
             await interp.close()  # first: the interpreter's last words reach last_stderr()
             if isinstance(
@@ -189,6 +173,30 @@ class _Interpreter:
                 ) from exc
             raise
         return interp
+
+    async def _handshake(self, config: dict[str, Any], settings: SandboxSettings, reap: list[int]) -> None:
+        """Send the interpreter its configuration, wait until it is ready, and run the probe program once."""
+        proc, backend = self.proc, self.backend
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(config).encode() + b"\n")
+        await proc.stdin.drain()
+        line = await within(proc.stdout.readline(), _START_TIMEOUT_S)
+        ready = json.loads(line) if line else {}
+        if not ready.get("ready"):
+            raise _StartFailed("the interpreter did not start")
+        if not config["private_tmp"]:
+            self.host_dir = ready.get("base_dir")
+        if ready.get("stdlib_private") and config["uids"]:
+            HOST.warn_once(
+                f"slime-strands sandbox ({backend}): the Python installation ({sys.base_prefix}) is not "
+                "readable by the unprivileged run uid, so runs can import only preloaded modules; use the "
+                "bwrap or unshare backend, or install Python outside a private directory such as /root"
+            )
+        HOST.orphan_uids.difference_update(reap)
+        self.reader = asyncio.ensure_future(self._read_results())
+        probe = await self.request(_PROBE, settings)
+        if probe.get("stdout", "").strip() != "42":
+            raise _StartFailed(f"the probe run failed: {probe}")
 
     def last_stderr(self) -> str:
         return " | ".join(self.stderr)[-2000:]

@@ -9,8 +9,8 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from ..command_errors import EXIT_INTERRUPTED, CommandError
-from ..tokenizer_loading import DEMO_TOKENIZER
+from ..cli.errors import EXIT_INTERRUPTED, CommandError
+from ..cli.tokenizer_loading import DEMO_TOKENIZER
 from .demo_server import DemoServerOptions, serve
 
 _PROG = "python -m slime_strands.testing"

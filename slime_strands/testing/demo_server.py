@@ -17,9 +17,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..chat import ChatRenderer
-from ..command_errors import EXIT_FAILURES, EXIT_OK, CommandError
-from ..tokenizer_loading import DEMO_TOKENIZER, load_tokenizer
+from ..cli.errors import EXIT_FAILURES, EXIT_OK, CommandError
+from ..cli.tokenizer_loading import DEMO_TOKENIZER, load_tokenizer
+from ..template.render import ChatRenderer
 from .math_policy import MathPolicy
 from .server import SGLangTestServer, SGLangTestServerError
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..token_manager import TokenManager
+from ..provider.token_manager import TokenManager
 from .server import RecordedRequest, SGLangTestServer
 
 __all__ = [
@@ -32,35 +32,13 @@ def assert_trajectory_invariants(
 ) -> None:
     """Check invariants 1-3 and 6 of a TokenManager against what the server saw and answered.
 
-    1. ``token_ids`` is the concatenation of the segments; ``segments[0]`` is the prompt.
-    2. ``loss_mask`` is 1 exactly on generated segments; logprobs are 0.0 elsewhere; lengths agree.
+    1. ``token_ids`` is the concatenation of the spans; ``spans[0]`` is the prompt.
+    2. ``loss_mask`` is 1 exactly on generated spans; logprobs are 0.0 elsewhere; lengths agree.
     3. Every /generate request's ``input_ids`` equals the trajectory up to that turn, and each generated
-       segment is byte-for-byte the ``output_ids`` (and logprobs) the server answered.
-    6. The trajectory ends on a generated segment (or is just the prompt): no half-appended turn.
+       span is byte-for-byte the ``output_ids`` (and logprobs) the server answered.
+    6. The trajectory ends on a generated span (or is just the prompt): no half-appended turn.
     """
-    ids, mask, logprobs, segments = tm.token_ids, tm.loss_mask, tm.logprobs, tm.segments
-    assert len(ids) == len(mask) == len(logprobs), "token_ids / loss_mask / logprobs lengths differ"
-    if not segments:
-        assert not ids, "tokens without segments"
-        return
-    assert segments[0].kind == "prompt" and segments[0].start == 0, "segments[0] must be the prompt"
-    assert all(s.kind != "prompt" for s in segments[1:]), "only segments[0] may be a prompt"
-    position = 0
-    for segment in segments:
-        assert segment.start == position, f"segment at {segment.start} does not follow position {position}"
-        assert ids[segment.start : segment.end] == list(segment.token_ids), "token_ids != concat(segments)"
-        expected_mask = 1 if segment.kind == "generated" else 0
-        assert all(m == expected_mask for m in mask[segment.start : segment.end]), (
-            f"loss_mask wrong in {segment.kind}"
-        )
-        if segment.kind != "generated":
-            assert all(lp == 0.0 for lp in logprobs[segment.start : segment.end]), "logprob != 0.0 off-policy"
-        position = segment.end
-    assert position == len(ids), "segments do not cover the trajectory"
-    assert segments[-1].kind in ("generated", "prompt"), "trajectory ends on non-generated tokens (half turn)"
-    for a, b in itertools.pairwise(segments):
-        assert not (a.kind == "observation" and b.kind == "observation"), "two observations in a row"
-
+    _assert_layout(tm)
     if server is None and requests is None:
         return
     if requests is None:
@@ -70,16 +48,48 @@ def assert_trajectory_invariants(
             for r in server.generate_requests
             if routing_key is None or r.headers.get("x-smg-routing-key") == routing_key
         ]
-    generated = [s for s in segments if s.kind == "generated"]
-    # Requests answered with tokens map one-to-one onto generated segments, in order.
+    _assert_requests(tm, requests, server)
+
+
+def _assert_layout(tm: TokenManager) -> None:
+    """Invariants 1, 2 and 6: the spans tile the trajectory, the prompt first; mask and logprobs follow them."""
+    ids, mask, logprobs, spans = tm.token_ids, tm.loss_mask, tm.logprobs, tm.spans
+    assert len(ids) == len(mask) == len(logprobs), "token_ids / loss_mask / logprobs lengths differ"
+    if not spans:
+        assert not ids, "tokens without spans"
+        return
+    assert spans[0].kind == "prompt" and spans[0].start == 0, "spans[0] must be the prompt"
+    assert all(s.kind != "prompt" for s in spans[1:]), "only spans[0] may be a prompt"
+    position = 0
+    for span in spans:
+        assert span.start == position, f"span at {span.start} does not follow position {position}"
+        assert ids[span.start : span.end] == list(span.token_ids), "token_ids != concat(spans)"
+        expected_mask = 1 if span.kind == "generated" else 0
+        assert all(m == expected_mask for m in mask[span.start : span.end]), f"loss_mask wrong in {span.kind}"
+        if span.kind != "generated":
+            assert all(lp == 0.0 for lp in logprobs[span.start : span.end]), "logprob != 0.0 off-policy"
+        position = span.end
+    assert position == len(ids), "spans do not cover the trajectory"
+    assert spans[-1].kind in ("generated", "prompt"), "trajectory ends on non-generated tokens (half turn)"
+    for a, b in itertools.pairwise(spans):
+        assert not (a.kind == "observation" and b.kind == "observation"), "two observations in a row"
+
+
+def _assert_requests(
+    tm: TokenManager, requests: Sequence[RecordedRequest], server: SGLangTestServer | None
+) -> None:
+    """Invariant 3: each generated span was asked with the trajectory before it and is what the server sent."""
+    ids, logprobs = tm.token_ids, tm.logprobs
+    generated = [s for s in tm.spans if s.kind == "generated"]
+    # Requests answered with tokens map one-to-one onto generated spans, in order.
     answered = [r for r in _kept(requests, server) if r.body and _answered(r, server)]
     assert len(answered) >= len(generated), (
-        f"{len(generated)} generated segments but {len(answered)} answered requests"
+        f"{len(generated)} generated spans but {len(answered)} answered requests"
     )
-    for segment, request in zip(generated, answered, strict=False):
+    for span, request in zip(generated, answered, strict=False):
         sent = request.body["input_ids"]
-        assert sent == ids[: segment.start], (
-            f"request input_ids ({len(sent)} tokens) != trajectory before the turn ({segment.start} tokens)"
+        assert sent == ids[: span.start], (
+            f"request input_ids ({len(sent)} tokens) != trajectory before the turn ({span.start} tokens)"
         )
         assert request.body["logprob_start_len"] == len(sent) - 1, (
             "logprob_start_len must be len(input_ids) - 1"
@@ -87,10 +97,8 @@ def assert_trajectory_invariants(
         answer = _answer_for(server, request)
         if answer is not None:
             out_ids, out_lps = answer
-            assert list(segment.token_ids) == out_ids, "generated segment != server output_ids"
-            assert logprobs[segment.start : segment.end] == out_lps, (
-                "logprobs != server output_token_logprobs"
-            )
+            assert list(span.token_ids) == out_ids, "generated span != server output_ids"
+            assert logprobs[span.start : span.end] == out_lps, "logprobs != server output_token_logprobs"
 
 
 def assert_sample_invariants(sample: Any, tm: TokenManager | None = None, *, masked_before: int = 0) -> None:

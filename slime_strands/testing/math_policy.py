@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat import ChatRenderer, TemplateError
-from ..families import render_assistant_turn
+from ..template.probe import render_assistant_turn
+from ..template.render import ChatRenderer, TemplateError
 from .server import Turn
 
 __all__ = ["MathPolicy", "read_expression"]

@@ -185,6 +185,10 @@ class SGLangTestServer:
         self._address = (host, port)
         self._available_at: float | None = None
         self._init_records()
+        self._init_serving(kv_capacity, disconnect_check_s)
+
+    def _init_serving(self, kv_capacity: int | None, disconnect_check_s: float) -> None:
+        """The state of serving: the scheduler, the scripted turns, the HTTP server and its connections."""
         self._scheduler = Scheduler(kv_capacity, disconnect_check_s)
         self._lock = threading.Lock()
         self._turns: dict[str | None, collections.deque[Turn | Fault]] = collections.defaultdict(

@@ -9,7 +9,7 @@ Read from SGLang 0.5.23's source, never from this package's client (whose mistak
 
 The sampling keys are the contract's own list (``_FIELDS_SamplingParams``: the API fields of
 ``sglang.srt.sampling.sampling_params.SamplingParams``, plus ``choice``), kept here on purpose apart from
-production's ``slime_strands.model.SGLANG_SAMPLING_KEYS``: a key production gets wrong is refused here, a key
+production's ``slime_strands.provider.model.SGLANG_SAMPLING_KEYS``: a key production gets wrong is refused here, a key
 production wrongly refuses is accepted here.
 """
 

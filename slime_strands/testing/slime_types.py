@@ -256,6 +256,13 @@ class Sample:
         pad_missing_top_p: bool = False,
         update_terminal_info: bool = True,
     ) -> None:
+        self._apply_top_p(meta_info, new_token_count, pad_missing_top_p)
+        self._apply_routed_experts(args, meta_info)
+        if update_terminal_info and "finish_reason" in meta_info:
+            self._apply_terminal_info(args, meta_info)
+
+    def _apply_top_p(self, meta_info: dict, new_token_count: int, pad_missing_top_p: bool) -> None:
+        """The turn's top-p spans appended (shifted), or empty spans for its tokens when none came."""
         applied_top_p_data = False
         if new_token_count:
             top_p = _extract_top_p(meta_info, new_token_count)
@@ -280,42 +287,45 @@ class Sample:
             last = self.rollout_top_p_token_offsets[-1]
             self.rollout_top_p_token_offsets = self.rollout_top_p_token_offsets + [last] * new_token_count
 
+    def _apply_routed_experts(self, args: Any, meta_info: dict) -> None:
+        """The turn's routing rows, replacing or extending the held ones from ``routed_experts_start_len``."""
         routed_experts = decode_int32_meta_array(meta_info, "routed_experts")
-        if routed_experts is not None:
-            if args is None:
-                raise ValueError("args is required to decode routed experts metadata.")
-            start_len = int(meta_info.get("routed_experts_start_len", 0) or 0)
-            if start_len < 0:
-                raise ValueError(f"SGLang routed_experts_start_len must be non-negative, got {start_len}.")
-            expected_rows = max(0, len(self.tokens) - 1 - start_len)
-            expected_numel = expected_rows * args.num_layers * args.moe_router_topk
-            if routed_experts.size != expected_numel:
-                raise ValueError(
-                    "SGLang routed_experts element count does not match sample tokens: "
-                    f"got={routed_experts.size}, expected={expected_numel} "
-                    f"(tokens={len(self.tokens)}, routed_experts_start_len={start_len}, "
-                    f"num_layers={args.num_layers}, moe_router_topk={args.moe_router_topk})."
-                )
-            routed_experts = routed_experts.reshape(expected_rows, args.num_layers, args.moe_router_topk)
-            if start_len == 0:
-                self.rollout_routed_experts = routed_experts
-            else:
-                existing = self.rollout_routed_experts
-                if existing is None:
-                    raise ValueError(
-                        "Cannot append partial routed experts without existing routed experts "
-                        f"(routed_experts_start_len={start_len})."
-                    )
-                existing = np.asarray(existing, dtype=routed_experts.dtype)
-                if existing.shape[0] < start_len:
-                    raise ValueError(
-                        "Existing routed experts shorter than routed_experts_start_len: "
-                        f"existing_rows={existing.shape[0]}, routed_experts_start_len={start_len}."
-                    )
-                self.rollout_routed_experts = np.concatenate([existing[:start_len], routed_experts], axis=0)
-
-        if not update_terminal_info or "finish_reason" not in meta_info:
+        if routed_experts is None:
             return
+        if args is None:
+            raise ValueError("args is required to decode routed experts metadata.")
+        start_len = int(meta_info.get("routed_experts_start_len", 0) or 0)
+        if start_len < 0:
+            raise ValueError(f"SGLang routed_experts_start_len must be non-negative, got {start_len}.")
+        expected_rows = max(0, len(self.tokens) - 1 - start_len)
+        expected_numel = expected_rows * args.num_layers * args.moe_router_topk
+        if routed_experts.size != expected_numel:
+            raise ValueError(
+                "SGLang routed_experts element count does not match sample tokens: "
+                f"got={routed_experts.size}, expected={expected_numel} "
+                f"(tokens={len(self.tokens)}, routed_experts_start_len={start_len}, "
+                f"num_layers={args.num_layers}, moe_router_topk={args.moe_router_topk})."
+            )
+        routed_experts = routed_experts.reshape(expected_rows, args.num_layers, args.moe_router_topk)
+        if start_len == 0:
+            self.rollout_routed_experts = routed_experts
+            return
+        existing = self.rollout_routed_experts
+        if existing is None:
+            raise ValueError(
+                "Cannot append partial routed experts without existing routed experts "
+                f"(routed_experts_start_len={start_len})."
+            )
+        existing = np.asarray(existing, dtype=routed_experts.dtype)
+        if existing.shape[0] < start_len:
+            raise ValueError(
+                "Existing routed experts shorter than routed_experts_start_len: "
+                f"existing_rows={existing.shape[0]}, routed_experts_start_len={start_len}."
+            )
+        self.rollout_routed_experts = np.concatenate([existing[:start_len], routed_experts], axis=0)
+
+    def _apply_terminal_info(self, args: Any, meta_info: dict) -> None:
+        """What a finished turn says: speculative and prefix-cache stats, weight version, the status."""
         if getattr(args, "sglang_speculative_algorithm", False):
             self.spec_info.add(meta_info=meta_info)
         self.prefix_cache_info.add(meta_info=meta_info)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import ConfigurationError
 from .base import (
+    MalformedCall,
     ParseErrorKind,
     ParseResult,
     TaggedToolParser,
@@ -32,6 +33,7 @@ __all__ = [
     "HermesToolParser",
     "KimiK2ToolParser",
     "Llama3ToolParser",
+    "MalformedCall",
     "ParseErrorKind",
     "ParseResult",
     "Qwen3CoderToolParser",
@@ -47,7 +49,7 @@ __all__ = [
 ]
 
 AUTO = "auto"
-"""The ``tool_parser`` value that picks the parser from the tokenizer (``slime_strands.families``)."""
+"""The ``tool_parser`` value that picks the parser from the tokenizer (``slime_strands.template.probe``)."""
 
 _REGISTRY: dict[str, type[ToolParser]] = {}
 

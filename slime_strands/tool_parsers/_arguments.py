@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .base import ParseErrorKind, ToolCall, ToolCallError, ToolSchemas, clip
+from .base import MalformedCall, ParseErrorKind, ToolCall, ToolSchemas, clip
 
 __all__ = [
     "add_argument",
@@ -38,7 +38,7 @@ __all__ = [
 _INTEGER = re.compile(r"[+-]?\d+")
 
 
-def load_json_object(raw: str, what: str, name: str | None = None) -> dict[str, Any] | ToolCallError:
+def load_json_object(raw: str, what: str, name: str | None = None) -> dict[str, Any] | MalformedCall:
     """``raw`` as a JSON object, else a ``bad_json`` / ``bad_arguments`` error naming ``what`` it was."""
     try:
         value: Any = json.loads(raw)
@@ -47,31 +47,31 @@ def load_json_object(raw: str, what: str, name: str | None = None) -> dict[str, 
     return json_object(value, what, raw, name)
 
 
-def json_error(exc: Exception, what: str, raw: str, name: str | None = None) -> ToolCallError:
+def json_error(exc: Exception, what: str, raw: str, name: str | None = None) -> MalformedCall:
     """The ``bad_json`` error for JSON that did not decode (``RecursionError``: the policy can nest brackets
     deeper than the decoder recurses)."""
     if isinstance(exc, RecursionError):
-        return ToolCallError("bad_json", f"{what} JSON is nested too deeply: {clip(raw)}", raw, name)
-    return ToolCallError("bad_json", f"{what} is not valid JSON ({exc}): {clip(raw)}", raw, name)
+        return MalformedCall("bad_json", f"{what} JSON is nested too deeply: {clip(raw)}", raw, name)
+    return MalformedCall("bad_json", f"{what} is not valid JSON ({exc}): {clip(raw)}", raw, name)
 
 
-def json_object(value: Any, what: str, raw: str, name: str | None = None) -> dict[str, Any] | ToolCallError:
+def json_object(value: Any, what: str, raw: str, name: str | None = None) -> dict[str, Any] | MalformedCall:
     """``value`` when it is a JSON object, else the error saying what it is (``bad_arguments`` when it holds
     the arguments of a named call, ``bad_json`` when it should have been the whole call)."""
     if isinstance(value, dict):
         return value
     kind: ParseErrorKind = "bad_arguments" if name else "bad_json"
-    return ToolCallError(
+    return MalformedCall(
         kind, f"{what} must be a JSON object, got {type(value).__name__}: {clip(raw)}", raw, name
     )
 
 
-def json_call(payload: dict[str, Any], raw: str, argument_keys: tuple[str, ...]) -> ToolCall | ToolCallError:
+def json_call(payload: dict[str, Any], raw: str, argument_keys: tuple[str, ...]) -> ToolCall | MalformedCall:
     """A call written as one JSON object: a non-empty ``name`` string and its arguments object under exactly
     one of ``argument_keys`` (Hermes: ``arguments``; Llama 3: ``parameters`` or ``arguments``)."""
     name = payload.get("name")
     if not isinstance(name, str) or not name.strip():
-        return ToolCallError("missing_name", f'the tool call has no "name" string: {clip(raw)}', raw)
+        return MalformedCall("missing_name", f'the tool call has no "name" string: {clip(raw)}', raw)
     present = [key for key in argument_keys if key in payload]
     if len(present) != 1:
         if len(argument_keys) == 1:
@@ -79,10 +79,10 @@ def json_call(payload: dict[str, Any], raw: str, argument_keys: tuple[str, ...])
         else:
             quoted = " and ".join(f'"{key}"' for key in argument_keys)
             problem = f"{'both' if present else 'neither'} {quoted}"
-        return ToolCallError("bad_arguments", f"the call to {name!r} has {problem}", raw, name)
+        return MalformedCall("bad_arguments", f"the call to {name!r} has {problem}", raw, name)
     arguments = payload[present[0]]
     if not isinstance(arguments, dict):
-        return ToolCallError(
+        return MalformedCall(
             "bad_arguments",
             f'"{present[0]}" of the call to {name!r} must be a JSON object, got {type(arguments).__name__}',
             raw,
@@ -100,20 +100,20 @@ def add_argument(
     tools: ToolSchemas,
     noun: str,
     python_literals: bool = False,
-) -> ToolCallError | None:
+) -> MalformedCall | None:
     """Add the bare-text ``value`` of argument ``key`` of a call to ``call`` (typed by the tool's schema), or
     say why it cannot be added (an empty or repeated name, a value its schema rejects); ``raw`` is left for
     the caller to fill in. ``noun`` is what the format calls an argument (``parameter``, ``argument``);
     ``python_literals``: the format's template may write values as Python's ``str()`` (see the module doc)."""
     if not key or key in arguments:
         problem = "duplicate" if key else "empty"
-        return ToolCallError("bad_arguments", f"{problem} {noun} name {key!r} in the call to {call!r}", "")
+        return MalformedCall("bad_arguments", f"{problem} {noun} name {key!r} in the call to {call!r}", "")
     try:
         arguments[key] = convert_value(
             value, parameter_schema(tools, call, key), python_literals=python_literals
         )
     except ValueError as exc:
-        return ToolCallError("bad_arguments", f"argument {key!r} of the call to {call!r}: {exc}", "")
+        return MalformedCall("bad_arguments", f"argument {key!r} of the call to {call!r}: {exc}", "")
     return None
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 __all__ = [
+    "MalformedCall",
     "ParseErrorKind",
     "ParseResult",
     "ToolCall",
@@ -56,13 +57,18 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
-class ToolCallError:
-    """A call the model attempted but wrote wrongly; ``message`` is shown to the model as the tool's error."""
+class MalformedCall:
+    """A call the model attempted but wrote wrongly: a value in :attr:`ParseResult.calls`, never raised.
+    ``message`` is shown to the model as the tool's error."""
 
     kind: ParseErrorKind
     message: str
     raw: str
     name: str | None = None
+
+
+ToolCallError = MalformedCall
+"""The older name of :class:`MalformedCall` (custom parsers written against it keep working)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ class ParseResult:
     """Visible text outside reasoning, with the tool-call markup removed."""
     reasoning: str | None = None
     """Reasoning text (without the think tags), when the output had any."""
-    calls: list[ToolCall | ToolCallError] = field(default_factory=list)
+    calls: list[ToolCall | MalformedCall] = field(default_factory=list)
     """Tool calls in the order written, valid or not (not those inside reasoning)."""
     reasoning_calls: int = 0
     """Tool calls drafted inside reasoning: never executed, counted as ``inside_reasoning``."""
@@ -102,7 +108,7 @@ class ToolParser(abc.ABC):
         )
 
     @abc.abstractmethod
-    def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | ToolCallError]]:
+    def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | MalformedCall]]:
         """Return ``(text without call markup, calls in order)`` for text that holds no reasoning."""
 
     @abc.abstractmethod
@@ -140,11 +146,11 @@ class TaggedToolParser(ToolParser):
         return text.count(self.open_tag)
 
     @abc.abstractmethod
-    def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | ToolCallError:
+    def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:
         """One call from the text between the tags."""
 
-    def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | ToolCallError]]:
-        calls: list[ToolCall | ToolCallError] = []
+    def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | MalformedCall]]:
+        calls: list[ToolCall | MalformedCall] = []
         kept: list[str] = []
         for before, body in split_blocks(text, self.open_tag, self.close_tag):
             kept.append(before)
@@ -155,13 +161,13 @@ class TaggedToolParser(ToolParser):
         return "".join(kept).strip(), calls
 
 
-def split_blocks(text: str, open_tag: str, close_tag: str) -> list[tuple[str, str | ToolCallError | None]]:
+def split_blocks(text: str, open_tag: str, close_tag: str) -> list[tuple[str, str | MalformedCall | None]]:
     """``text`` cut at its ``open_tag ... close_tag`` blocks: ``(text before the block, the block's body)``
     pairs, ending with ``(the rest, None)``. A stray ``close_tag``, or an ``open_tag`` that the next tag does
-    not close, stands as a :class:`ToolCallError` in place of a body (the unclosed text is dropped): every
+    not close, stands as a :class:`MalformedCall` in place of a body (the unclosed text is dropped): every
     format that wraps calls in tags reports them with the same words."""
     pattern = _tag_pattern(open_tag, close_tag)
-    out: list[tuple[str, str | ToolCallError | None]] = []
+    out: list[tuple[str, str | MalformedCall | None]] = []
     pos = 0
     while (match := pattern.search(text, pos)) is not None:
         before = text[pos : match.start()]
@@ -169,7 +175,7 @@ def split_blocks(text: str, open_tag: str, close_tag: str) -> list[tuple[str, st
             out.append(
                 (
                     before,
-                    ToolCallError("unclosed_tag", f"found {close_tag} without a matching {open_tag}", ""),
+                    MalformedCall("unclosed_tag", f"found {close_tag} without a matching {open_tag}", ""),
                 )
             )
             pos = match.end()
@@ -178,7 +184,7 @@ def split_blocks(text: str, open_tag: str, close_tag: str) -> list[tuple[str, st
         if nxt is None or nxt.group() != close_tag:
             end = nxt.start() if nxt else len(text)
             raw = text[match.start() : end]
-            error = ToolCallError(
+            error = MalformedCall(
                 "unclosed_tag", f"{open_tag} was not closed with {close_tag}: {clip(raw)}", raw
             )
             out.append((before, error))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ._arguments import add_argument
-from .base import TaggedToolParser, ToolCall, ToolCallError, ToolSchemas, clip
+from .base import MalformedCall, TaggedToolParser, ToolCall, ToolSchemas, clip
 
 __all__ = ["Glm45ToolParser", "Glm47ToolParser"]
 
@@ -31,25 +31,25 @@ class Glm45ToolParser(TaggedToolParser):
     markers = ("<tool_call>", "</tool_call>", "<arg_key>", "<arg_value>")
     name_separator: ClassVar[str] = "\n"
 
-    def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | ToolCallError:
+    def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:
         first = body.find(_KEY_OPEN)
         head = body if first < 0 else body[:first]
         name = head.strip()
         if not name or any(c.isspace() or c in "<>" for c in name):
-            return ToolCallError(
+            return MalformedCall(
                 "missing_name", f"expected a function name after <tool_call>: {clip(body)}", body
             )
         if not self._name_ok(head, name):
             separator = "a newline" if self.name_separator else "no whitespace"
-            return ToolCallError(
+            return MalformedCall(
                 "missing_name",
                 f"the function name {name!r} must be followed by {separator} ({self.name} format)",
                 body,
                 name,
             )
         arguments = _pairs(body[len(head) :], name, tools)
-        if isinstance(arguments, ToolCallError):
-            return ToolCallError(arguments.kind, arguments.message, body, name)
+        if isinstance(arguments, MalformedCall):
+            return MalformedCall(arguments.kind, arguments.message, body, name)
         return ToolCall(name=name, input=arguments, raw=body)
 
     def _name_ok(self, head: str, name: str) -> bool:
@@ -67,7 +67,7 @@ class Glm47ToolParser(Glm45ToolParser):
         return head.strip() == name
 
 
-def _pairs(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | ToolCallError:
+def _pairs(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | MalformedCall:
     arguments: dict[str, Any] = {}
     pos = 0
     while True:
@@ -76,13 +76,13 @@ def _pairs(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | ToolCal
         if pos == len(text):
             return arguments
         key = _tag(text, pos, _KEY_OPEN, _KEY_CLOSE, name)
-        if isinstance(key, ToolCallError):
+        if isinstance(key, MalformedCall):
             return key
         key_text, pos = key
         while pos < len(text) and text[pos].isspace():
             pos += 1
         value = _tag(text, pos, _VALUE_OPEN, _VALUE_CLOSE, name)
-        if isinstance(value, ToolCallError):
+        if isinstance(value, MalformedCall):
             return value
         value_text, pos = value
         error = add_argument(arguments, key_text.strip(), value_text, call=name, tools=tools, noun="argument")
@@ -90,15 +90,15 @@ def _pairs(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | ToolCal
             return error
 
 
-def _tag(text: str, pos: int, open_tag: str, close_tag: str, name: str) -> tuple[str, int] | ToolCallError:
+def _tag(text: str, pos: int, open_tag: str, close_tag: str, name: str) -> tuple[str, int] | MalformedCall:
     """The text of the ``open_tag ... close_tag`` element at ``pos`` and the position after it."""
     if not text.startswith(open_tag, pos):
-        return ToolCallError(
+        return MalformedCall(
             "bad_arguments", f"expected {open_tag} in the call to {name!r}, found {clip(text[pos:])!r}", ""
         )
     end = text.find(close_tag, pos)
     if end < 0:
-        return ToolCallError(
+        return MalformedCall(
             "unclosed_tag", f"{open_tag} was not closed with {close_tag} in the call to {name!r}", ""
         )
     return text[pos + len(open_tag) : end], end + len(close_tag)

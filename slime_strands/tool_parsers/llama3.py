@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from ._arguments import json_call, json_error, json_object
-from .base import ToolCall, ToolCallError, ToolParser, ToolSchemas, clip
+from .base import MalformedCall, ToolCall, ToolParser, ToolSchemas, clip
 
 __all__ = ["Llama3ToolParser"]
 
@@ -32,7 +32,7 @@ class Llama3ToolParser(ToolParser):
     def count_calls(self, text: str) -> int:
         return text.count(_TAG) or int(text.lstrip().startswith("{"))
 
-    def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | ToolCallError]]:
+    def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | MalformedCall]]:
         if _TAG in text:
             content, _, action = text.partition(_TAG)
         elif text.lstrip().startswith("{"):
@@ -42,9 +42,9 @@ class Llama3ToolParser(ToolParser):
         return content.strip(), _calls(action)
 
 
-def _calls(action: str) -> list[ToolCall | ToolCallError]:
+def _calls(action: str) -> list[ToolCall | MalformedCall]:
     decoder = json.JSONDecoder()
-    calls: list[ToolCall | ToolCallError] = []
+    calls: list[ToolCall | MalformedCall] = []
     pos = 0
     while True:
         while pos < len(action) and action[pos].isspace():
@@ -57,7 +57,7 @@ def _calls(action: str) -> list[ToolCall | ToolCallError]:
             return [*calls, json_error(exc, "the tool call", action[pos:])]
         raw = action[pos:end]
         call = json_object(payload, "the tool call", raw)
-        calls.append(call if isinstance(call, ToolCallError) else json_call(call, raw, _ARGUMENT_KEYS))
+        calls.append(call if isinstance(call, MalformedCall) else json_call(call, raw, _ARGUMENT_KEYS))
         pos = end
         while pos < len(action) and action[pos].isspace():
             pos += 1
@@ -66,7 +66,7 @@ def _calls(action: str) -> list[ToolCall | ToolCallError]:
                 raw = action[pos:]
                 return [
                     *calls,
-                    ToolCallError(
+                    MalformedCall(
                         "bad_json", f"expected {_SEPARATOR!r} between tool calls, found {clip(raw)}", raw
                     ),
                 ]

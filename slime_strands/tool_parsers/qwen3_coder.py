@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._arguments import add_argument
-from .base import ParseErrorKind, TaggedToolParser, ToolCall, ToolCallError, ToolSchemas, clip
+from .base import MalformedCall, ParseErrorKind, TaggedToolParser, ToolCall, ToolSchemas, clip
 
 __all__ = ["Qwen3CoderToolParser"]
 
@@ -38,27 +38,27 @@ class Qwen3CoderToolParser(TaggedToolParser):
     family = "Qwen3-Coder / Qwen3.5 / Qwen3.6"
     markers = ("<tool_call>", "</tool_call>")
 
-    def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | ToolCallError:
+    def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:
         raw = body.strip()
         if not raw.startswith(_FUNCTION_OPEN) or ">" not in raw:
-            return ToolCallError(
+            return MalformedCall(
                 "missing_name", f"expected <function=NAME> inside <tool_call>: {clip(raw)}", raw
             )
         head_end = raw.index(">")
         name = raw[len(_FUNCTION_OPEN) : head_end]
         if not name or any(c.isspace() or c in "<=" for c in name):
-            return ToolCallError("missing_name", f"invalid function name {clip(name)!r}: {clip(raw)}", raw)
+            return MalformedCall("missing_name", f"invalid function name {clip(name)!r}: {clip(raw)}", raw)
         if not raw.endswith(_FUNCTION_CLOSE):
-            return ToolCallError(
+            return MalformedCall(
                 "unclosed_tag", f"<function={name}> was not closed with {_FUNCTION_CLOSE}", raw, name
             )
         arguments = _parameters(raw[head_end + 1 : -len(_FUNCTION_CLOSE)], name, tools)
-        if isinstance(arguments, ToolCallError):
-            return ToolCallError(arguments.kind, arguments.message, raw, name)
+        if isinstance(arguments, MalformedCall):
+            return MalformedCall(arguments.kind, arguments.message, raw, name)
         return ToolCall(name=name, input=arguments, raw=raw)
 
 
-def _parameters(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | ToolCallError:
+def _parameters(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | MalformedCall:
     """The call's arguments, or why they are malformed (``raw`` is filled in by the caller)."""
     arguments: dict[str, Any] = {}
     pos = 0
@@ -86,5 +86,5 @@ def _parameters(text: str, name: str, tools: ToolSchemas) -> dict[str, Any] | To
         pos = end + len(_PARAMETER_CLOSE)
 
 
-def _error(kind: ParseErrorKind, message: str) -> ToolCallError:
-    return ToolCallError(kind, message, "")
+def _error(kind: ParseErrorKind, message: str) -> MalformedCall:
+    return MalformedCall(kind, message, "")

@@ -18,7 +18,7 @@ import re
 from typing import ClassVar
 
 from ._arguments import load_json_object
-from .base import ToolCall, ToolCallError, ToolParser, ToolSchemas, clip, split_blocks
+from .base import MalformedCall, ToolCall, ToolParser, ToolSchemas, clip, split_blocks
 
 __all__ = ["DeepSeekV31ToolParser", "KimiK2ToolParser", "SectionedToolParser"]
 
@@ -41,8 +41,8 @@ class SectionedToolParser(ToolParser):
         name = header.strip()
         return (name if name and not any(c.isspace() for c in name) else None), None
 
-    def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | ToolCallError]]:
-        calls: list[ToolCall | ToolCallError] = []
+    def parse_calls(self, text: str, tools: ToolSchemas) -> tuple[str, list[ToolCall | MalformedCall]]:
+        calls: list[ToolCall | MalformedCall] = []
         kept: list[str] = []
         pos = 0
         while True:
@@ -56,7 +56,7 @@ class SectionedToolParser(ToolParser):
             if end < 0:  # nothing in an unclosed section runs (like an unclosed <tool_call>)
                 raw = text[start:]
                 calls.append(
-                    ToolCallError(
+                    MalformedCall(
                         "unclosed_tag",
                         f"{self.section_open} was not closed with {self.section_close}: {clip(raw)}",
                         raw,
@@ -68,7 +68,7 @@ class SectionedToolParser(ToolParser):
         content = "".join(kept)
         stray = content.count(self.call_open) + content.count(self.section_close)
         calls += [
-            ToolCallError(
+            MalformedCall(
                 "unclosed_tag",
                 f"a tool call must sit between {self.section_open} and {self.section_close}",
                 "",
@@ -78,12 +78,12 @@ class SectionedToolParser(ToolParser):
             content = content.replace(token, "")
         return content.strip(), calls
 
-    def _section(self, body: str, tools: ToolSchemas) -> list[ToolCall | ToolCallError]:
-        calls: list[ToolCall | ToolCallError] = []
+    def _section(self, body: str, tools: ToolSchemas) -> list[ToolCall | MalformedCall]:
+        calls: list[ToolCall | MalformedCall] = []
         for before, call in split_blocks(body, self.call_open, self.call_close):
             if before.strip():
                 calls.append(
-                    ToolCallError(
+                    MalformedCall(
                         "bad_arguments",
                         f"unexpected text in the tool-call section: {clip(before.strip())}",
                         before,
@@ -95,24 +95,24 @@ class SectionedToolParser(ToolParser):
                 calls.append(call)
         return calls
 
-    def _call(self, body: str, tools: ToolSchemas) -> ToolCall | ToolCallError:
+    def _call(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:
         header, sep, arguments = body.partition(self.call_sep)
         if not sep:
-            return ToolCallError(
+            return MalformedCall(
                 "bad_arguments",
                 f"the tool call has no {self.call_sep} before its arguments: {clip(body)}",
                 body,
             )
         name, call_id = self.header_name(header)
         if name is None:
-            return ToolCallError(
+            return MalformedCall(
                 "missing_name",
                 f"expected {self.header_format} before {self.call_sep}, got {clip(header)!r}",
                 body,
             )
         payload = load_json_object(arguments.strip(), f"the arguments of the call to {name!r}", name)
-        if isinstance(payload, ToolCallError):
-            return ToolCallError(payload.kind, payload.message, body, name)
+        if isinstance(payload, MalformedCall):
+            return MalformedCall(payload.kind, payload.message, body, name)
         return ToolCall(name=name, input=payload, raw=body, id=call_id)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import CALL_ADD, check_row, eval_argv, latest, read_rows, run_cli, write_config, write_data
 
-from slime_strands.install_hints import install_command
+from slime_strands.cli.install_hints import install_command
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 
 pytestmark = pytest.mark.timeout(120)
@@ -133,10 +133,10 @@ def test_eval_resume_and_pass_at_k(server, data, tmp_path, capsys):
     # Rewards are slime's eval accuracy; the trajectory rows say how each episode went.
     assert [final[f"0:{s}"].reward for s in range(4)] == [1.0] * 4
     assert [final[f"1:{s}"].reward for s in range(4)] == [1.0, 0.0, 0.0, 0.0]
-    assert final["1:1"].metrics["parse_errors"] == {"bad_json": 1}
+    assert final["1:1"].record.parse_errors == {"bad_json": 1}
     # its turn was sized by the server's 8192-token window (the budget, 16384, is larger): cut by the window
     assert final["1:3"].status == "TRUNCATED" and final["1:3"].termination == "context_full"
-    assert final["0:0"].metrics["tool_calls"] == 1 and final["0:0"].metrics["turns"] == 2
+    assert final["0:0"].record.tool_calls == 1 and final["0:0"].record.turns == 2
     assert final["0:0"].dataset == "math" and final["2:0"].dataset == "other"
 
     # The summary, by hand. Prompt 0: c=4 of n=4; prompt 1: c=1; prompt 2: c=0.
@@ -152,8 +152,8 @@ def test_eval_resume_and_pass_at_k(server, data, tmp_path, capsys):
     )
     assert (table["other"]["accuracy"], table["other"]["pass@4"]) == ("0.000", "0.000")
     assert table["all"]["prompts"] == "3" and table["all"]["samples"] == "12"
-    turns = sum(r.metrics["turns"] for r in final.values()) / 12
-    calls = sum(r.metrics["tool_calls"] for r in final.values()) / 12
+    turns = sum(r.record.turns for r in final.values()) / 12
+    calls = sum(r.record.tool_calls for r in final.values()) / 12
     assert table["all"]["turns"] == f"{turns:.2f}" and table["all"]["tool calls"] == f"{calls:.2f}"
     assert table["all"]["parse errors"] == "8.3%" and table["all"]["truncated"] == "8.3%"
     assert table["all"]["failed"] == "0.0%"

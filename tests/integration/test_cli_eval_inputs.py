@@ -111,9 +111,9 @@ def test_a_misspelt_section_stops_the_eval_instead_of_running_the_defaults(serve
 
 def _rendered_tokens(tokenizer, prompt: str) -> int:
     """What the episode's first request holds, computed here with the tokenizer's own chat template."""
-    from slime_strands.runtime import import_tools
+    from slime_strands.agent.runtime import import_tools
+    from slime_strands.cli.eval.rows import template_tools
     from slime_strands.settings import PluginSettings
-    from slime_strands.trajectory_file import template_tools
 
     settings = PluginSettings(tools=("rollout_tools.add", "rollout_tools.echo"))
     messages = [{"role": "system", "content": settings.system_prompt}, {"role": "user", "content": prompt}]
@@ -167,7 +167,7 @@ def test_the_window_is_checked_to_the_token(tokenizer, tmp_path, capsys, room):
             (row,) = read_rows(out)
             check_row(row, srv)
             assert row.status == "TRUNCATED" and row.termination == "context_full"
-            assert len(row.segments[0]) == window and row.metrics["generated_tokens"] == 1
+            assert len(row.segments[0]) == window and row.record.generated_tokens == 1
         else:
             assert code == 2 and f"line 1 ({window} tokens)" in error_line(stderr, "eval")
             assert not srv.generate_requests

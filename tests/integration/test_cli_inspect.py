@@ -25,10 +25,10 @@ from cli_helpers import (
     write_data,
 )
 
-from slime_strands.inspect_terminal import STYLES, visible
+from slime_strands.cli.inspect.terminal import STYLES, visible
 from slime_strands.testing import SGLangTestServer, Turn
-from slime_strands.trajectory_file import TrajectoryRow, TrajectoryWriter
-from slime_strands.trajectory_view import token_texts
+from slime_strands.trajectories.file import TrajectoryRow, TrajectoryWriter
+from slime_strands.trajectories.view import token_texts
 
 pytestmark = pytest.mark.timeout(120)
 

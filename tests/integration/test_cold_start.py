@@ -13,8 +13,8 @@ import asyncio
 import pytest
 from slime_helpers import CALL_ADD, SLIME_PARAMS, Sample, make_args, new_sample, record, run, session_requests
 
-from slime_strands.client import SGLANG_CONTEXT_MARGIN
-from slime_strands.record import Termination
+from slime_strands.agent.record import Termination
+from slime_strands.provider.client import SGLANG_CONTEXT_MARGIN
 from slime_strands.testing import SGLangTestServer
 
 pytestmark = pytest.mark.timeout(180)

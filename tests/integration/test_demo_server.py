@@ -22,11 +22,11 @@ from family_kit import FAMILIES, family_tokenizer
 from helpers import make_agent, make_model
 
 from data_prep import prepare as data_prep
+from slime_strands.cli.tokenizer_loading import DEMO_TOKENIZER
 from slime_strands.sandbox import execute_python_code
 from slime_strands.testing.demo_server import DemoServerOptions, build_demo_server
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.tokenizer_loading import DEMO_TOKENIZER
-from slime_strands.trajectory_file import TrajectoryRow
+from slime_strands.trajectories.file import TrajectoryRow
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -52,7 +52,7 @@ def _eval(capsys: Any, base_url: str, data: Path, out: Path, *extra: str) -> tup
 def _check_answer(row: TrajectoryRow) -> None:
     """One call, one answer: the number the sandbox printed for the policy's program, graded against the label."""
     assert (row.status, row.termination) == ("COMPLETED", "end_turn"), row.error
-    assert row.metrics["turns"] == 2 and row.metrics["tool_calls"] == 1
+    assert row.record.turns == 2 and row.record.tool_calls == 1
     printed = PRINTED.findall(row.response)
     answer = BOXED.search(row.response)
     assert len(printed) == 1 and answer is not None, row.response

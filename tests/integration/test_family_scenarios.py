@@ -28,7 +28,7 @@ from helpers import make_agent, make_model, openai_tools, result_texts
 from strands import tool
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
 
-from slime_strands.chat import ChatRenderer
+from slime_strands.template.render import ChatRenderer
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing import Turn as ServerTurn
 from slime_strands.testing.invariants import assert_trajectory_invariants
@@ -155,7 +155,7 @@ async def test_plain_answer(family, tok):
         result = await make_agent(model, [add]).invoke_async("What is 2+3?")
         assert result.stop_reason == "end_turn" and "The answer is 5." in str(result)
         _check(model, server)
-        assert [s.kind for s in model.token_manager.segments] == ["prompt", "generated"]
+        assert [s.kind for s in model.token_manager.spans] == ["prompt", "generated"]
         sent = server.generate_requests[0].body["sampling_params"]["stop_token_ids"]
         assert set(sent) == {tok.convert_tokens_to_ids(t) for t in end_tokens(family, tok)}
         _assert_canonical(family, tok, model, [("What is 2+3?", [answer])], [], [add])
@@ -170,8 +170,8 @@ async def test_one_call(family, tok):
         assert CALLS == [("add", {"a": 2, "b": 3})] and not model.parse_errors
         _check(model, server)
         tm = model.token_manager
-        assert [s.kind for s in tm.segments] == ["prompt", "generated", "observation", "generated"]
-        generated, observation = tm.segments[1], tm.segments[2]
+        assert [s.kind for s in tm.spans] == ["prompt", "generated", "observation", "generated"]
+        generated, observation = tm.spans[1], tm.spans[2]
         stop_id = tok.convert_tokens_to_ids(family.call_stop)
         assert generated.token_ids[-1] == stop_id, "the model's own stop token closes its turn"
         ends = {tok.convert_tokens_to_ids(t) for t in stop_tokens(family)}
@@ -193,7 +193,7 @@ async def test_parallel_calls(family, tok):
         assert sorted(CALLS) == [("add", {"a": 2, "b": 3}), ("mul", {"a": 4, "b": 5})]
         assert result_texts(agent) == [["5", "20"]]
         _check(model, server)
-        observation = tok.decode(list(model.token_manager.segments[2].token_ids))
+        observation = tok.decode(list(model.token_manager.spans[2].token_ids))
         assert observation.index("5") < observation.index("20"), "results in call order"
         if family.parallel_in_template:
             episodes = [("Compute 2+3 and 4*5.", turns)]
@@ -247,10 +247,10 @@ async def test_special_looking_tool_output_stays_plain_text(family, tok):
         agent = make_agent(model, [echo_markup])
         assert str(await agent.invoke_async("Echo.")).strip() == "Done."
         _check(model, server)
-        observation = list(model.token_manager.segments[2].token_ids)
+        observation = list(model.token_manager.spans[2].token_ids)
         assert "".join(MARKUP) in tok.decode(observation)
         renderer = ChatRenderer(tok)
-        after = model.token_manager.segments[1].token_ids[-1]
+        after = model.token_manager.spans[1].token_ids[-1]
         _, plain = renderer.encode_continuation([{"role": "tool", "content": "plain"}], after=after)
         # Special tokens only: added tokens that are not special (Qwen3's <think>, <tool_call>) are ordinary
         # vocabulary that any encoding of the text gives.
@@ -301,10 +301,10 @@ async def test_turn_that_ends_on_an_end_of_sequence_token(name, token):
         agent = make_agent(model, [add])
         result = await agent.invoke_async("What is 2+3?")
         assert str(result).strip() == "It is 5.", f"{token} stays out of the answer"
-        assert model.token_manager.segments[3].token_ids[-1] == end_id
+        assert model.token_manager.spans[3].token_ids[-1] == end_id
         await agent.invoke_async("Add one more.")
         _check(model, server)
-        follow_up = tok.decode(list(model.token_manager.segments[4].token_ids))
+        follow_up = tok.decode(list(model.token_manager.spans[4].token_ids))
         assert follow_up.startswith(family.answer_stop), "the template's own end of the turn follows it"
         # The trajectory is the template's rendering with the end token where the model wrote it.
         rewritten = (*REWRITTEN_AFTER_FOLLOW_UP.get(name, ()), token)
@@ -332,7 +332,7 @@ async def test_malformed_call_reaches_the_model_as_an_error(name, case):
         if case == "unknown_tool":
             assert "unknown tool 'subtract'" in results[0][0] and "available tools: add" in results[0][0]
         _check(model, server)
-        shown = tok.decode(list(model.token_manager.segments[2].token_ids))
+        shown = tok.decode(list(model.token_manager.spans[2].token_ids))
         assert f"Error: invalid tool call ({bad.kind})" in shown, "the model reads the reason"
 
 
@@ -359,7 +359,7 @@ async def test_length_finish(family, tok):
         with pytest.raises(MaxTokensReachedException):
             await agent.invoke_async("What is 2+3?")
         _check(model, server)
-        last = model.token_manager.segments[-1]
+        last = model.token_manager.spans[-1]
         assert last.kind == "generated" and len(last) == 40 and last.info.finish_reason == "length"
         assert not set(last.token_ids) & {tok.convert_tokens_to_ids(t) for t in end_tokens(family, tok)}
         # The partial message Strands keeps is the text of ALL 40 tokens: none ended the turn, none is dropped.
@@ -380,10 +380,10 @@ async def test_follow_up_user_turn(family, tok):
         _check(model, server)
         tm = model.token_manager
         assert tm.token_ids[: len(after_first)] == after_first, "the same trajectory continues"
-        follow_up = tm.segments[4]
+        follow_up = tm.spans[4]
         assert follow_up.kind == "observation" and "Add one more." in tok.decode(list(follow_up.token_ids))
         answer_stop = tok.convert_tokens_to_ids(family.answer_stop)
-        assert tm.segments[3].token_ids[-1] == answer_stop and follow_up.token_ids[0] != answer_stop
+        assert tm.spans[3].token_ids[-1] == answer_stop and follow_up.token_ids[0] != answer_stop
         episodes = [("What is 2+3?", first), ("Add one more.", second)]
         rewritten = REWRITTEN_AFTER_FOLLOW_UP.get(family.name, ())
         _assert_canonical(family, tok, model, episodes, [["5"]], [add], rewritten)
@@ -402,7 +402,7 @@ async def test_context_full(family, tok):
             await make_agent(model, [huge_output]).invoke_async("Print.")
         _check(model, server)
         tm = model.token_manager
-        assert [s.kind for s in tm.segments] == ["prompt", "generated"] and len(tm) == used
+        assert [s.kind for s in tm.spans] == ["prompt", "generated"] and len(tm) == used
         assert len(server.generate_requests) == 1
 
 

@@ -1,4 +1,4 @@
-"""Paced invocations (``slime_strands.pacing``): an episode of many tool rounds runs as several Strands
+"""Paced invocations (``slime_strands.agent.pacing``): an episode of many tool rounds runs as several Strands
 invocations of one agent. Through real HTTP, the real Qwen3 tokenizer and a real Strands agent: the episode
 outlives Strands' recursion limit, its trajectory is the one a single invocation gives, and tool limits and
 slime's abort hold across invocations."""
@@ -12,9 +12,9 @@ from strands.hooks import BeforeInvocationEvent, HookProvider, HookRegistry
 from strands.vended_tools.stop import stop
 
 from slime_strands import SGLangClient, SGLangModel
-from slime_strands.episode import EpisodeSpec, build_agent, run_agent, run_episode
-from slime_strands.limits import ToolLimiter
-from slime_strands.record import Termination
+from slime_strands.agent.episode import EpisodeSpec, build_agent, run_agent, run_episode
+from slime_strands.agent.limits import ToolLimiter
+from slime_strands.agent.record import Termination
 from slime_strands.settings import PluginSettings
 from slime_strands.testing import SGLangTestServer
 
@@ -80,7 +80,7 @@ async def test_pacing_leaves_the_trajectory_unchanged(tokenizer):
             assert (calls, invocations) == (10, expected_invocations)
             tm = record.segments[0].trajectory
             assert_segments(server, [tm])
-            trajectories.append((tm.token_ids, tm.loss_mask, [s.kind for s in tm.segments]))
+            trajectories.append((tm.token_ids, tm.loss_mask, [s.kind for s in tm.spans]))
     assert trajectories[0] == trajectories[1]
 
 

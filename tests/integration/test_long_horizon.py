@@ -23,13 +23,13 @@ from rollout_tools import add, huge_output
 from slime_helpers import SLIME_PARAMS, TOP_P_PARAMS, Sample, as_array, make_args, slime_group_norm
 
 from slime_strands import SGLangClient, metrics, reward, rollout
-from slime_strands.compaction import SUMMARY_HEADER
-from slime_strands.episode import EpisodeSpec, run_episode
+from slime_strands._slime.adapter import check_fanout_flags
+from slime_strands.agent.compaction import SUMMARY_HEADER
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import EpisodeRecord, Termination
 from slime_strands.reward_norm import post_process_rewards
 from slime_strands.settings import PluginSettings
-from slime_strands.slime_adapter import check_fanout_flags
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_batch_convertible, assert_sample_invariants
 
@@ -116,10 +116,10 @@ async def test_forty_turn_episode_compacts_twice(server, tokenizer, strategy):
         assert segment.tokens_saved == len(before) - after.prompt_length > 0
         if strategy == "summarize":
             # The summary is the closing segment's last, trained turn, and the new segment's (masked) context.
-            last = before.segments[-1]
+            last = before.spans[-1]
             assert last.kind == "generated" and tokenizer.decode(last.token_ids).startswith("Summary: ")
             assert set(before.loss_mask[last.start : last.end]) == {1}
-            asked = tokenizer.decode(before.segments[-2].token_ids)
+            asked = tokenizer.decode(before.spans[-2].token_ids)
             assert SUMMARY_MARK in asked, "the summary request is an observation of the closing segment"
             summary = tokenizer.decode(last.token_ids[:-1])
             assert SUMMARY_HEADER in prompt and summary in prompt and '{"a": 0' not in prompt
@@ -581,16 +581,15 @@ async def test_a_subagent_inside_a_compacted_episode(server, tokenizer):
 async def test_a_compacted_episode_is_one_trajectory_row_with_a_segment_per_window(server, tokenizer):
     """`slime-strands eval` writes what generate trains on: one token segment per context window, each the
     segment's exact trajectory, with what the episode record says of it (shown by `inspect`)."""
-    from slime_strands.eval_data import EvalPrompt
-    from slime_strands.trajectory_file import TrajectoryRow
+    from slime_strands.cli.eval.data import EvalPrompt
+    from slime_strands.cli.eval.rows import episode_row
+    from slime_strands.trajectories.file import TrajectoryRow
 
     policy = ScriptedPolicy(server, tokenizer)
     policy.script(None, *forty_turns())
     record = await episode(server, tokenizer, settings("sliding_window", window_size=6))
     prompt = EvalPrompt(0, 1, [{"role": "user", "content": "Add 1 to a number."}], "40", "long")
-    row = TrajectoryRow.from_episode(
-        prompt, 0, record, 1.0, tokenizer="qwen3", tools=None, chat_template_kwargs={}
-    )
+    row = episode_row(prompt, 0, record, 1.0, tokenizer="qwen3", tools=None, chat_template_kwargs={})
     row = TrajectoryRow.from_json(row.to_json())  # what the file holds
     assert len(row.segments) == len(record.segments) == 3
     for saved, segment in zip(row.segments, record.segments, strict=True):

@@ -40,8 +40,8 @@ from slime_strands import (
     ToolLimiter,
     TrajectoryError,
 )
+from slime_strands._slime.adapter import client_from_slime_args
 from slime_strands.settings import PluginSettings
-from slime_strands.slime_adapter import client_from_slime_args
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.tool_parsers import HermesToolParser
 
@@ -110,10 +110,10 @@ async def test_plain_answer(tokenizer):
         assert str(result).strip() == "The answer is 5."
         tm = model.token_manager
         check(model, server)
-        assert [s.kind for s in tm.segments] == ["prompt", "generated"]
+        assert [s.kind for s in tm.spans] == ["prompt", "generated"]
         conversation = canonical_conversation("Say something.", [ANSWER], system="You are terse.")
         assert_canonical(tokenizer, tm, conversation)
-        assert sum(tm.loss_mask) == len(tm.segments[1])
+        assert sum(tm.loss_mask) == len(tm.spans[1])
 
 
 async def test_one_tool_call(tokenizer):
@@ -125,7 +125,7 @@ async def test_one_tool_call(tokenizer):
         assert CALLS == {"add": 1}
         check(model, server)
         tm = model.token_manager
-        assert [s.kind for s in tm.segments] == ["prompt", "generated", "observation", "generated"]
+        assert [s.kind for s in tm.spans] == ["prompt", "generated", "observation", "generated"]
         conversation = canonical_conversation("What is 2+3?", [ADD_2_3, ANSWER], [["5"]])
         assert_canonical(tokenizer, tm, conversation, [add])
         assert model.stats.tool_calls_parsed == 1 and not model.parse_errors
@@ -150,7 +150,7 @@ async def test_tool_output_cannot_forge_control_tokens(tokenizer):
         await make_agent(model, [forge]).invoke_async("What is 2+2?")
         check(model, server)
         tm = model.token_manager
-        observation = tm.segments[2]
+        observation = tm.spans[2]
         assert observation.kind == "observation"
         specials = {
             tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
@@ -175,7 +175,7 @@ async def test_parallel_calls_rendered_in_call_order(tokenizer):
         assert FINISHED == ["fast_mul", "slow_add"], "completion order must differ from call order"
         check(model, server)
         tm = model.token_manager
-        observation = tm.segments[2]
+        observation = tm.spans[2]
         assert observation.kind == "observation"
         text = tokenizer.decode(list(observation.token_ids))
         assert text == (
@@ -196,7 +196,7 @@ async def test_calls_beyond_the_per_turn_cap_get_one_error(tokenizer):
         check(model, server)
         assert CALLS == {"add": 2}
         assert model.parse_errors == {"too_many_calls": 1}
-        text = tokenizer.decode(list(model.token_manager.segments[2].token_ids))
+        text = tokenizer.decode(list(model.token_manager.spans[2].token_ids))
         assert text.count("<tool_response>") == 3
         assert "4 more tool call(s) in this turn were not run: at most 2 calls per turn" in text
 
@@ -210,7 +210,7 @@ async def test_five_turn_tool_chain(tokenizer):
         assert CALLS == {"add": 5}
         check(model, server)
         tm = model.token_manager
-        assert len([s for s in tm.segments if s.kind == "generated"]) == 6
+        assert len([s for s in tm.spans if s.kind == "generated"]) == 6
         assert len(server.generate_requests) == 6
         conversation = canonical_conversation("Chain.", [*turns, ANSWER], [[str(2 * i)] for i in range(5)])
         assert_canonical(tokenizer, tm, conversation, [add])
@@ -364,7 +364,7 @@ async def test_length_finish_mid_turn(tokenizer):
             await agent.invoke_async("What is 2+3?")
         check(model, server)
         tm = model.token_manager
-        last = tm.segments[-1]
+        last = tm.spans[-1]
         assert last.kind == "generated" and len(last) == 40 and last.info.finish_reason == "length"
         assert tokenizer.convert_tokens_to_ids("<|im_end|>") not in last.token_ids
         assert tm.loss_mask[-40:] == [1] * 40 and tm.loss_mask[last.start - 1] == 0
@@ -379,7 +379,7 @@ async def test_length_finish_cuts_a_tool_call(tokenizer):
             await agent.invoke_async("What is 2+3?")
         assert CALLS == {}, "a call cut by max_new_tokens is never executed"
         check(model, server)
-        assert model.token_manager.segments[-1].info.finish_reason == "length"
+        assert model.token_manager.spans[-1].info.finish_reason == "length"
 
 
 def _prompt_len(tokenizer, user, *tools):
@@ -406,7 +406,7 @@ async def test_context_full_from_server_context_length(tokenizer):
             await agent.invoke_async("Print.")
         check(model, server)
         tm = model.token_manager
-        assert [s.kind for s in tm.segments] == ["prompt", "generated"]
+        assert [s.kind for s in tm.spans] == ["prompt", "generated"]
         assert len(tm) == used
         assert len(server.generate_requests) == 1
 
@@ -426,7 +426,7 @@ async def test_tool_output_shrunk_to_fit_the_context(tokenizer):
         second = server.generate_requests[1]
         room = server.max_req_input_len  # SGLang's scheduler refuses inputs a few tokens before the window
         assert len(second.body["input_ids"]) + second.body["sampling_params"]["max_new_tokens"] == room
-        assert "tokens of tool output truncated" in tokenizer.decode(list(tm.segments[2].token_ids))
+        assert "tokens of tool output truncated" in tokenizer.decode(list(tm.spans[2].token_ids))
         assert len(tm) <= room
 
 
@@ -437,7 +437,7 @@ async def test_context_full_from_model_config(tokenizer):
         with pytest.raises(ContextWindowOverflowException):
             await agent.invoke_async("What is 2+3?")
         check(model, server)
-        assert [s.kind for s in model.token_manager.segments] == ["prompt", "generated"]
+        assert [s.kind for s in model.token_manager.spans] == ["prompt", "generated"]
         assert len(server.generate_requests) == 1
         assert not any(r.path == "/server_info" for r in server.requests), (
             "configured window: no server query"
@@ -453,7 +453,7 @@ async def test_server_context_length_error_is_context_overflow(tokenizer):
         with pytest.raises(ContextWindowOverflowException):
             await agent.invoke_async("What is 2+3?")
         check(model, server)
-        assert [s.kind for s in model.token_manager.segments] == ["prompt"]
+        assert [s.kind for s in model.token_manager.spans] == ["prompt"]
         assert len(server.generate_requests) == 1, "a context-length 400 is never retried"
 
 
@@ -483,7 +483,7 @@ async def test_response_budget_clamps_then_exhausts(tokenizer):
     with server_for(tokenizer, ADD_2_3, ANSWER) as probe_server:
         probe = make_model(tokenizer, probe_server)
         await make_agent(probe, [add]).invoke_async("What is 2+3?")
-        first_round = sum(len(s) for s in probe.token_manager.segments[1:3])
+        first_round = sum(len(s) for s in probe.token_manager.spans[1:3])
     with server_for(tokenizer, ADD_2_3, ADD_2_3, ANSWER) as server:
         budget = first_round + 30
         model = make_model(tokenizer, server, max_response_tokens=budget)
@@ -498,7 +498,7 @@ async def test_response_budget_clamps_then_exhausts(tokenizer):
         # the 2nd call (25 tokens) fits in 30; its tool round then leaves no room: the budget error, no request
         assert len(requests) == 2
         assert isinstance(_root(info.value), ResponseBudgetExhaustedError), repr(info.value)
-        assert tm.segments[-1].kind == "generated"
+        assert tm.spans[-1].kind == "generated"
 
 
 def _root(exc: BaseException) -> BaseException:
@@ -518,7 +518,7 @@ async def test_response_budget_exhausted_before_any_request(tokenizer):
         # turn 1 (25 tokens) fits in 30; the tool result (14 tokens) does not leave room for turn 2
         assert len(server.generate_requests) == 1
         assert server.generate_requests[0].body["sampling_params"]["max_new_tokens"] == 30
-        assert model.token_manager.segments[-1].kind == "generated"
+        assert model.token_manager.spans[-1].kind == "generated"
         assert model.token_manager.response_length <= 30
 
 
@@ -530,7 +530,7 @@ async def test_huge_tool_output_truncated_by_tokens(tokenizer):
         await agent.invoke_async("Print.")
         check(model, server)
         assert model.stats.tool_outputs_truncated == 1
-        observation = model.token_manager.segments[2]
+        observation = model.token_manager.spans[2]
         text = tokenizer.decode(list(observation.token_ids))
         response = text.split("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0]
         assert response.startswith("line 0: xxx"), "head kept"
@@ -585,7 +585,7 @@ async def test_retries_exhausted_leave_a_consistent_trajectory(tokenizer):
             await agent.invoke_async("What is 2+3?")
         assert "SGLangConnectionError" in repr(_root(info.value)) or "failed after 3" in str(info.value)
         check(model, server)
-        assert [s.kind for s in model.token_manager.segments] == ["prompt", "generated"]
+        assert [s.kind for s in model.token_manager.spans] == ["prompt", "generated"]
 
 
 async def test_server_abort_raises_generation_aborted(tokenizer):
@@ -598,8 +598,8 @@ async def test_server_abort_raises_generation_aborted(tokenizer):
         assert isinstance(_root(info.value), GenerationAbortedError), repr(info.value)
         check(model, server)
         tm = model.token_manager
-        assert tm.segments[-1].kind == "generated" and tm.segments[-1].info.finish_reason == "abort"
-        assert tokenizer.decode(list(tm.segments[-1].token_ids)) == "I was think"
+        assert tm.spans[-1].kind == "generated" and tm.spans[-1].info.finish_reason == "abort"
+        assert tokenizer.decode(list(tm.spans[-1].token_ids)) == "I was think"
 
 
 async def test_abort_while_waiting_aborts_the_trajectory(tokenizer):
@@ -664,7 +664,7 @@ async def test_tool_limiter_max_tool_iters(tokenizer):
         check(model, server)
         assert len(server.generate_requests) == 3 and server.pending() == 1
         tm = model.token_manager
-        assert tm.segments[-1].kind == "generated", "the trajectory ends on the model's output"
+        assert tm.spans[-1].kind == "generated", "the trajectory ends on the model's output"
         # the 3rd turn's calls never ran: the conversation ends on that assistant message
         conversation = [
             *canonical_conversation("Go.", turns[:2], [["1"], ["2"]]),
@@ -685,7 +685,7 @@ async def test_tool_limiter_max_tool_calls_with_parallel_calls(tokenizer):
         assert CALLS == {"add": 2}
         check(model, server)
         assert len(server.generate_requests) == 2
-        assert model.token_manager.segments[-1].kind == "generated"
+        assert model.token_manager.spans[-1].kind == "generated"
 
 
 async def test_tool_iteration_limiter(tokenizer):
@@ -698,11 +698,11 @@ async def test_tool_iteration_limiter(tokenizer):
         assert limiter.tool_iter_count == 3 and CALLS == {"add": 3}
         check(model, server)
         assert len(server.generate_requests) == 4
-        assert model.token_manager.segments[-1].kind == "generated"
+        assert model.token_manager.spans[-1].kind == "generated"
 
 
 async def test_stop_when_ends_before_the_next_model_call(tokenizer):
-    from slime_strands.limits import StopWhen
+    from slime_strands.agent.limits import StopWhen
 
     flag = {"stop": False}
 
@@ -720,7 +720,7 @@ async def test_stop_when_ends_before_the_next_model_call(tokenizer):
         assert stop.triggered
         check(model, server)
         assert len(server.generate_requests) == 1 and server.pending() == 1
-        assert [s.kind for s in model.token_manager.segments] == ["prompt", "generated"]
+        assert [s.kind for s in model.token_manager.spans] == ["prompt", "generated"]
 
 
 async def test_quick_start_flow_from_the_seed(tokenizer):
@@ -734,7 +734,7 @@ async def test_quick_start_flow_from_the_seed(tokenizer):
         tm = model.token_manager
         check(model, server)
         assert len(tm.token_ids) == len(tm.loss_mask) == len(tm.logprobs)
-        prompt_len = len(tm.segments[0])
+        prompt_len = len(tm.spans[0])
         response = tokenizer.decode(tm.token_ids[prompt_len:], skip_special_tokens=False)
         assert response.startswith("<tool_call>") and response.endswith("The answer is 5.<|im_end|>")
         conversation = canonical_conversation("What is 25 * 17?", [ADD_2_3, ANSWER], [["5"]])
@@ -778,7 +778,7 @@ async def test_slime_style_flow_from_the_seed(tokenizer):
         await agent.invoke_async("What is 2+3?")
         tm = model.token_manager
         check(model, server)
-        prompt_len = len(tm.segments[0])
+        prompt_len = len(tm.spans[0])
         tokens, loss_mask, logprobs = tm.token_ids, tm.loss_mask[prompt_len:], tm.logprobs[prompt_len:]
         assert len(tokens) - prompt_len == len(loss_mask) == len(logprobs)
         assert limiter.tool_iter_count == 1 and limiter.tool_call_count == 1
@@ -818,8 +818,8 @@ async def test_second_invocation_continues_the_trajectory(tokenizer):
         check(model, server)
         tm = model.token_manager
         assert tm.token_ids[: len(after_first)] == after_first, "the same trajectory continues"
-        assert len(tm.segments[0]) < len(after_first)
-        follow_up = tm.segments[len(after_first) and 4]
+        assert len(tm.spans[0]) < len(after_first)
+        follow_up = tm.spans[len(after_first) and 4]
         assert tokenizer.decode(list(follow_up.token_ids)) == (
             "\n<|im_start|>user\nAdd one more.<|im_end|>\n<|im_start|>assistant\n"
         )

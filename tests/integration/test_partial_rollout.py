@@ -30,13 +30,13 @@ from slime_helpers import (
 )
 
 from slime_strands import SGLangClient, SGLangModel, metrics, rollout
-from slime_strands.checkpoint import EpisodeCheckpoint, ModelCheckpoint, PendingTurn
-from slime_strands.model_stats import ModelStats
-from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
-from slime_strands.record import Termination
+from slime_strands._slime.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
+from slime_strands.agent.record import Termination
+from slime_strands.provider.checkpoint import EpisodeCheckpoint, ModelCheckpoint, PendingTurn
+from slime_strands.provider.model_stats import ModelStats, TurnCut
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing import SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_batch_convertible, assert_sample_matches_server
-from slime_strands.token_manager import TokenManager, TurnInfo
 
 pytestmark = pytest.mark.timeout(120)
 S = Sample.Status
@@ -526,7 +526,7 @@ async def test_a_cut_turn_with_no_room_left_ends_there(server, tokenizer):
     """The abort cut a turn just as it reached its ``max_new_tokens``: continuing it asks the server for
     nothing more; the turn ends ``length``, as it would have without the abort."""
     model = SGLangModel(tokenizer=tokenizer, base_url=server.base_url, params={"max_new_tokens": 4})
-    tm = restore_cut_turn(model, tokenizer, PendingTurn(1, False, 4, Termination.MAX_TOKENS))
+    tm = restore_cut_turn(model, tokenizer, PendingTurn(1, False, 4, TurnCut.MAX_TOKENS))
     events = [e async for e in model.stream([{"role": "user", "content": [{"text": "hi"}]}])]
     assert not server.generate_requests, "no request: the turn had its tokens"
     assert any(e.get("messageStop", {}).get("stopReason") == "max_tokens" for e in events)
@@ -539,11 +539,11 @@ async def test_a_cut_turn_asks_for_the_rest_of_the_budget_it_was_sent_with(serve
     compaction's reserve, the per-turn cap): the same turn, the same length."""
     model = SGLangModel(tokenizer=tokenizer, base_url=server.base_url, params={"max_new_tokens": 100})
     model.update_config(reserved_tokens=50)  # a summary's reserve the cut turn was not sent under
-    tm = restore_cut_turn(model, tokenizer, PendingTurn(1, False, 10, Termination.CONTEXT_FULL))
+    tm = restore_cut_turn(model, tokenizer, PendingTurn(1, False, 10, TurnCut.CONTEXT_FULL))
     server.script(Turn(" ".join(["word"] * 20), finish="length"))  # writes on past the 6 tokens left
     [e async for e in model.stream([{"role": "user", "content": [{"text": "hi"}]}])]
     (request,) = server.generate_requests
     assert request.body["sampling_params"]["max_new_tokens"] == 10 - 4
     assert request.body["input_ids"] == tm.token_ids[: len(request.body["input_ids"])]
-    assert model.stats.last_cut is Termination.CONTEXT_FULL, "cut where the turn's own bound cut it"
-    assert len(model.token_manager.segments[-1]) == 6 and model.stats.turns == 1
+    assert model.stats.last_cut is TurnCut.CONTEXT_FULL, "cut where the turn's own bound cut it"
+    assert len(model.token_manager.spans[-1]) == 6 and model.stats.turns == 1

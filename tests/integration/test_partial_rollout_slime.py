@@ -30,8 +30,8 @@ from partial_kit import (
 from partial_tools import HOLD, call
 from slime_helpers import SLIME_SOURCE_ENV
 
-from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
-from slime_strands.record import EpisodeRecord
+from slime_strands._slime.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
+from slime_strands.agent.record import EpisodeRecord
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import (
     assert_batch_convertible,

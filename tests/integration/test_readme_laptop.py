@@ -30,7 +30,7 @@ import pytest
 from cli_helpers import token_manager
 
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.trajectory_file import TrajectoryRow
+from slime_strands.trajectories.file import TrajectoryRow
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,8 +15,8 @@ import pytest
 from slime_helpers import Sample, install_generate_state, make_args, new_sample, record, run
 
 from slime_strands import rollout
-from slime_strands.client import SGLangClient
-from slime_strands.record import Termination
+from slime_strands.agent.record import Termination
+from slime_strands.provider.client import SGLangClient
 from slime_strands.testing import SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_sample_matches_server
 

@@ -27,8 +27,8 @@ from slime_helpers import (
 from standin_kit import QWEN3_EOS
 
 from slime_strands import metrics, reward, rollout
-from slime_strands.client import SGLangClient
-from slime_strands.record import Termination
+from slime_strands.agent.record import Termination
+from slime_strands.provider.client import SGLangClient
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_sample_invariants, assert_sample_matches_server
 
@@ -239,7 +239,7 @@ async def test_server_down_gives_failed_sample_slime_can_train_around(tokenizer)
 @pytest.mark.parametrize("fan_out", [False, True])
 async def test_a_bug_writing_the_sample_fails_the_sample_not_the_step(server, monkeypatch, fan_out):
     """After the episode ran, a failure turning it into Sample fields still ends only this sample FAILED."""
-    from slime_strands import sample_writer
+    from slime_strands._slime import sample_writer
 
     def broken(self):
         raise RuntimeError("a bug in the appender")

@@ -8,8 +8,8 @@ import pytest
 from slime_helpers import CALL_ADD, SLIME_PARAMS, Sample, make_args, new_sample, record, run, session_requests
 
 from slime_strands import rollout
+from slime_strands.agent.record import Termination
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import Termination
 from slime_strands.testing import SGLangTestServer
 
 pytestmark = pytest.mark.timeout(90)

@@ -35,12 +35,12 @@ from slime_helpers import (
 )
 
 from slime_strands import SGLangClient, reward, rollout
-from slime_strands.episode import EpisodeSpec, run_episode
+from slime_strands._slime.adapter import runtime_for
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import Termination
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import Termination
 from slime_strands.reward_norm import post_process_rewards
 from slime_strands.settings import PluginSettings, SettingsError
-from slime_strands.slime_adapter import runtime_for
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_batch_convertible, assert_trajectory_invariants
 

@@ -19,11 +19,11 @@ from fanout_kit import SUMMARY_MARK, add_call, assert_segments
 from rollout_tools import add, huge_output
 
 from slime_strands import SGLangClient
-from slime_strands.client import SGLANG_CONTEXT_MARGIN
-from slime_strands.compaction import SUMMARY_HEADER
-from slime_strands.episode import EpisodeSpec, run_episode
+from slime_strands.agent.compaction import SUMMARY_HEADER
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import EpisodeRecord, Termination
+from slime_strands.provider.client import SGLANG_CONTEXT_MARGIN
 from slime_strands.settings import PluginSettings
 from slime_strands.testing import SGLangTestServer, Turn
 
@@ -156,7 +156,7 @@ async def run(server, tokenizer, limit: Limit, **compaction: Any) -> EpisodeReco
 
 
 def generated_turns(record: EpisodeRecord) -> list[Any]:
-    return [s for seg in record.segments for s in seg.trajectory.segments if s.kind == "generated"]
+    return [s for seg in record.segments for s in seg.trajectory.spans if s.kind == "generated"]
 
 
 def summary_requests(server: SGLangTestServer, tokenizer: Any) -> list[Any]:
@@ -229,7 +229,7 @@ async def test_a_jumping_tool_result_compacts_and_the_episode_goes_on(
         for before, after, summary in zip(
             record.segments, record.segments[1:], policy.summaries, strict=False
         ):
-            last = before.trajectory.segments[-1]  # the summary: the closing segment's last, whole turn
+            last = before.trajectory.spans[-1]  # the summary: the closing segment's last, whole turn
             assert last.kind == "generated" and tokenizer.decode(last.token_ids[:-1]) == summary
             prompt = tokenizer.decode(after.trajectory.token_ids[: after.trajectory.prompt_length])
             assert SUMMARY_HEADER in prompt and summary in prompt
@@ -292,7 +292,7 @@ async def test_a_summary_cut_at_its_budget_is_never_used(tokenizer):
         assert len(record.segments) >= 2 and policy.summaries
         for before, after in zip(record.segments, record.segments[1:], strict=False):
             assert after.opened_by == "sliding_window" and before.closed_by == "compaction"
-            last = before.trajectory.segments[-1]
+            last = before.trajectory.spans[-1]
             assert last.kind == "generated" and last.info.finish_reason == "length" and len(last) == 48
             assert tokenizer.decode(last.token_ids).startswith("Summary ")
             prompt = tokenizer.decode(after.trajectory.token_ids[: after.trajectory.prompt_length])

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from slime_helpers import CALL_ADD, SLIME_PARAMS, Sample, make_args, new_sample, record, run, session_requests
 
-from slime_strands.record import Termination
+from slime_strands.agent.record import Termination
+from slime_strands.provider.model import TurnCut
 from slime_strands.testing import SGLangTestServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,6 +29,15 @@ def server(tokenizer):
 async def prompt_length(server: SGLangTestServer) -> int:
     probe = await run(server, make_args(server), new_sample(), "Answer: 5")
     return len(probe.tokens) - probe.response_length
+
+
+def test_every_bound_that_cuts_a_turn_is_an_ending_of_the_episode():
+    # The provider says which bound cut a turn; the episode ends with the termination of the same value.
+    assert {Termination(cut.value) for cut in TurnCut} == {
+        Termination.MAX_TOKENS,
+        Termination.CONTEXT_FULL,
+        Termination.RESPONSE_BUDGET,
+    }
 
 
 async def test_a_turn_that_hits_its_max_new_tokens_is_max_tokens(server):

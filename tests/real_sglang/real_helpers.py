@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from real_sglang.recording_proxy import Exchange, RecordingProxy
-from slime_strands.client import SGLANG_CONTEXT_MARGIN, SGLangClient
-from slime_strands.episode import EpisodeSpec, run_episode
-from slime_strands.record import EpisodeRecord
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import EpisodeRecord
+from slime_strands.provider.client import SGLANG_CONTEXT_MARGIN, SGLangClient
+from slime_strands.provider.token_manager import TokenManager
 from slime_strands.settings import PluginSettings
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.token_manager import TokenManager
 
 CONTEXT_LENGTH = 1024
 """The server's window (--context-length): the tier's tests discover it from /v1/models and check it is this."""
@@ -142,7 +142,7 @@ def check_trajectory(tm: TokenManager, proxy: RecordingProxy, key: str) -> list[
             and any(x.body["input_ids"] == e.body["input_ids"] for x in exchanges[i + 1 :])
         )
     ]
-    generated = [s for s in tm.segments if s.kind == "generated"]
+    generated = [s for s in tm.spans if s.kind == "generated"]
     for segment, exchange in zip(generated, answered, strict=False):
         meta = exchange.answer["meta_info"]
         assert segment.info is not None

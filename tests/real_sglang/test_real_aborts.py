@@ -11,9 +11,9 @@ import pytest
 
 from real_sglang.real_helpers import check_record, post_json, rid_prefix_pairs, server_loads, settings
 from real_sglang.recording_proxy import RecordingProxy
-from slime_strands.client import SGLangClient
-from slime_strands.episode import EpisodeSpec, run_episode
-from slime_strands.record import OUTCOMES, Termination
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import TREATMENTS, Termination
+from slime_strands.provider.client import SGLangClient
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 
@@ -57,13 +57,13 @@ async def test_slimes_abort_mid_turn_ends_the_episode_aborted(proxy, tokenizer, 
     await asyncio.to_thread(post_json, proxy.base_url, "/abort_request", {"abort_all": True})
     record = await episode
     assert record.termination is Termination.ABORTED, record.error
-    assert OUTCOMES[record.termination].status == "ABORTED"
+    assert TREATMENTS[record.termination].status == "ABORTED"
     (exchange,) = proxy.generations("episode")
     finish = exchange.answer["meta_info"]["finish_reason"]
     assert (finish["type"], finish["message"]) == ("abort", "Aborted"), finish
     assert 0 < len(exchange.answer["output_ids"]) < 900, "aborted mid-turn, with the partial output"
     check_record(record, proxy)  # the partial turn is the server's, token for token
-    generated = [s for s in record.trajectory.segments if s.kind == "generated"]
+    generated = [s for s in record.trajectory.spans if s.kind == "generated"]
     assert list(generated[-1].token_ids) == exchange.answer["output_ids"]
 
 

@@ -22,8 +22,8 @@ from real_sglang.real_helpers import (
     settings,
 )
 from real_sglang.tiny_model import END_OF_TEXT, IM_END
-from slime_strands.client import SGLANG_CONTEXT_MARGIN, SGLangClient
-from slime_strands.record import OUTCOMES, Termination
+from slime_strands.agent.record import TREATMENTS, Termination
+from slime_strands.provider.client import SGLANG_CONTEXT_MARGIN, SGLangClient
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 
@@ -43,7 +43,7 @@ async def test_an_episode_grows_to_the_edge_and_ends_context_full(proxy, tokeniz
     for it): TRUNCATED as context_full, and every request fit the window."""
     regex = literal(call("huge_output", n=lines))
     record = await run(proxy, tokenizer, {**GREEDY, "regex": regex}, plugin=settings(max_tool_iters=None))
-    assert OUTCOMES[record.termination].status == "TRUNCATED"
+    assert TREATMENTS[record.termination].status == "TRUNCATED"
     assert record.termination is Termination.CONTEXT_FULL, (record.termination, record.error)
     check_record(record, proxy)  # every request 200, input + max_new_tokens within the window
     assert len(record.trajectory) <= CONTEXT_LENGTH - SGLANG_CONTEXT_MARGIN
@@ -71,5 +71,5 @@ async def test_turns_end_on_each_end_id_of_the_model(proxy, tokenizer, end_id):
         assert exchange.answer["meta_info"]["finish_reason"] == {"type": "stop", "matched": end_id}
         assert exchange.answer["output_ids"][-1] == end_id
         assert exchange.body["sampling_params"]["stop_token_ids"] == [IM_END]
-    generated = [s for s in record.trajectory.segments if s.kind == "generated"]
+    generated = [s for s in record.trajectory.spans if s.kind == "generated"]
     assert [s.token_ids[-1] for s in generated] == [end_id, end_id]

@@ -18,7 +18,7 @@ from real_sglang.real_helpers import (
     run,
     settings,
 )
-from slime_strands.record import OUTCOMES, Termination
+from slime_strands.agent.record import TREATMENTS, Termination
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 
@@ -28,7 +28,7 @@ async def test_grammar_tool_calls_run_the_tool_until_the_limit(proxy, tokenizer)
         proxy, tokenizer, {**GREEDY, "regex": literal(CALL_ADD)}, plugin=settings(max_tool_iters=2)
     )
     assert record.termination is Termination.TOOL_LIMIT, record.error
-    assert OUTCOMES[record.termination].status == "TRUNCATED"
+    assert TREATMENTS[record.termination].status == "TRUNCATED"
     assert (record.turns, record.tool_iters, record.tool_calls, record.parse_errors) == (3, 2, 2, {})
     answered = check_record(record, proxy)
     assert len(answered) == 3
@@ -61,5 +61,5 @@ async def test_weight_version_is_recorded_per_turn(proxy, tokenizer, sglang_serv
         post_json(sglang_server.base_url, "/update_weight_version", {"new_version": before})
     assert record.termination is Termination.TOOL_LIMIT, record.error
     check_record(record, proxy)  # each turn's weight_version is its answer's
-    versions = [s.info.weight_version for s in record.trajectory.segments if s.kind == "generated"]
+    versions = [s.info.weight_version for s in record.trajectory.spans if s.kind == "generated"]
     assert versions == [before, "tier-v2"]

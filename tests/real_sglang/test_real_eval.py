@@ -50,7 +50,7 @@ def test_eval_with_a_regex_in_the_plugin_settings(proxy, data, tmp_path, capsys)
     rows, stdout = run_eval(capsys, proxy, data, tmp_path, sampling_params={"regex": literal(CALL_ADD)})
     for row in rows.values():
         assert (row.status, row.termination) == ("TRUNCATED", "tool_limit"), row.key
-        assert row.metrics["tool_calls"] == 2 and row.metrics["turns"] == 3
+        assert row.record.tool_calls == 2 and row.record.turns == 3
     assert all(e.body["sampling_params"]["regex"] == literal(CALL_ADD) for e in proxy.generations())
     assert "math" in stdout and "other" in stdout
 
@@ -80,7 +80,7 @@ def test_eval_grammar_with_a_tool_call_or_an_answer(proxy, data, tmp_path, capsy
     rows, _ = run_eval(capsys, proxy, data, tmp_path, sampling_params={"regex": one_of(CALL_ADD, ANSWER)})
     for row in rows.values():
         assert row.status in ("COMPLETED", "TRUNCATED") and row.termination in ("end_turn", "tool_limit"), row
-        assert row.metrics["parse_errors"] == {}, row.metrics
+        assert row.record.parse_errors == {}, row.record
 
 
 def test_eval_unconstrained_random_model(proxy, data, tmp_path, capsys):

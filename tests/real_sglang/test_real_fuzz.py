@@ -11,9 +11,9 @@ import pytest
 
 from real_sglang.real_helpers import check_record, settings
 from real_sglang.tiny_model import END_OF_TEXT, IM_END
-from slime_strands.client import SGLangClient
-from slime_strands.episode import EpisodeSpec, run_episode
-from slime_strands.record import OUTCOMES, Termination
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import TREATMENTS, Termination
+from slime_strands.provider.client import SGLangClient
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 
@@ -61,14 +61,12 @@ async def test_fuzzed_episodes_end_in_valid_states_with_exact_trajectories(proxy
     finally:
         await client.aclose()
     for i, record in enumerate(records):
-        assert OUTCOMES[record.termination].status in ("COMPLETED", "TRUNCATED"), (
+        assert TREATMENTS[record.termination].status in ("COMPLETED", "TRUNCATED"), (
             i,
             record.termination,
             record.error,
         )
         assert record.termination is not Termination.FAILED
         check_record(record, proxy, f"fuzz-{i}")
-    generated = [
-        t for r in records for s in r.trajectory.segments if s.kind == "generated" for t in s.token_ids
-    ]
+    generated = [t for r in records for s in r.trajectory.spans if s.kind == "generated" for t in s.token_ids]
     assert sum(t in SPECIALS for t in generated) >= EPISODES, "the fuzzer wrote hardly any special token"

@@ -29,8 +29,8 @@ from real_sglang.real_helpers import call, literal, server_loads
 from real_sglang.recording_proxy import Exchange, RecordingProxy
 from real_sglang.server_setup import wait_idle
 from real_sglang.slime_runner import finish_slime, start_slime
-from slime_strands.checkpoint import EpisodeCheckpoint
-from slime_strands.partial_rollout import CHECKPOINT_KEY
+from slime_strands._slime.partial_rollout import CHECKPOINT_KEY
+from slime_strands.provider.checkpoint import EpisodeCheckpoint
 from slime_strands.testing.invariants import assert_sample_matches_server
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]

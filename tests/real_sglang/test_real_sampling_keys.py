@@ -15,8 +15,8 @@ import pytest
 
 from real_sglang.real_helpers import ANSWER, GREEDY, check_record, post_json, run
 from real_sglang.server_setup import server_python
-from slime_strands.model import SGLANG_SAMPLING_KEYS, SGLangModel
-from slime_strands.record import Termination
+from slime_strands.agent.record import Termination
+from slime_strands.provider.model import SGLANG_SAMPLING_KEYS, SGLangModel
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 

@@ -31,7 +31,7 @@ from real_sglang.real_helpers import (
     settings,
 )
 from real_sglang.recording_proxy import Exchange
-from slime_strands.record import Termination
+from slime_strands.agent.record import Termination
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]
 

@@ -7,13 +7,8 @@ from helpers import TEMPLATE_TOOLS as TOOLS
 from helpers import call_text, with_generation_prompt
 
 from slime_strands import SGLangModel
-from slime_strands.chat import (
-    ChatRenderer,
-    TemplateError,
-    to_template_messages,
-    to_template_tools,
-    tool_result_text,
-)
+from slime_strands.template.messages import to_template_messages, to_template_tools, tool_result_text
+from slime_strands.template.render import ChatRenderer, TemplateError
 
 MARK = "Assistant content 5d1e."
 CALL = {"type": "function", "function": {"name": "add", "arguments": {"a": 1}}}

@@ -13,7 +13,15 @@ from collections import Counter
 
 import pytest
 
-from slime_strands.checkpoint import (
+from slime_strands._slime.partial_rollout import (
+    CHECKPOINT_KEY,
+    EpisodeSamples,
+    save_checkpoint,
+    take_checkpoint,
+)
+from slime_strands.agent.record import EpisodeRecord, Termination
+from slime_strands.agent.resume import AbortSignal
+from slime_strands.provider.checkpoint import (
     EpisodeCheckpoint,
     MalformedCheckpointError,
     ModelCheckpoint,
@@ -22,12 +30,9 @@ from slime_strands.checkpoint import (
     ToolCounters,
     TrajectoryCheckpoint,
 )
-from slime_strands.model_stats import ModelStats
-from slime_strands.partial_rollout import CHECKPOINT_KEY, EpisodeSamples, save_checkpoint, take_checkpoint
-from slime_strands.record import EpisodeRecord, Termination
-from slime_strands.resume import AbortSignal
+from slime_strands.provider.model_stats import ModelStats, TurnCut
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing.slime_types import Sample
-from slime_strands.token_manager import TokenManager, TurnInfo
 
 
 def trajectory(turns: int = 3, seed: int = 0, tokens_per_turn: int = 40) -> TokenManager:
@@ -58,11 +63,11 @@ def checkpoint(tm: TokenManager | None = None, **fields) -> EpisodeCheckpoint:
         closed=(SegmentCheckpoint("main", "prompt", "compaction", "COMPLETED", "", TrajectoryCheckpoint.of(trajectory(seed=1))),),
         model=ModelCheckpoint(
             messages_seen=2,
-            pending=PendingTurn(messages=3, starts_in_reasoning=True, max_new_tokens=64, bound=Termination.CONTEXT_FULL),
+            pending=PendingTurn(messages=3, starts_in_reasoning=True, max_new_tokens=64, bound=TurnCut.CONTEXT_FULL),
             last_tool_ids=("t1",),
             call_errors={"t2": ("bad_json", "not JSON", "<tool_call>{", None)},
             template_ids={"t1": "functions.add:0"},
-            counters=ModelStats(turns=3, generation_time_s=0.5, parse_errors=Counter({"bad_json": 1}), last_cut=Termination.MAX_TOKENS),
+            counters=ModelStats(turns=3, generation_time_s=0.5, parse_errors=Counter({"bad_json": 1}), last_cut=TurnCut.MAX_TOKENS),
         ),
         tools=ToolCounters(tool_iters=1, tool_calls=1, tool_errors=0, tool_time_s=0.25),
         subagents=(ModelStats(turns=2),),
@@ -84,11 +89,11 @@ def test_a_checkpoint_comes_back_exactly_through_json_and_pickle():
     rebuilt = back.trajectory.rebuild()
     assert rebuilt.token_ids == tm.token_ids and rebuilt.loss_mask == tm.loss_mask
     assert rebuilt.logprobs == tm.logprobs, "logprobs are exact (float64)"
-    assert [(s.kind, s.start, s.token_ids, s.info) for s in rebuilt.segments] == [
-        (s.kind, s.start, s.token_ids, s.info) for s in tm.segments
+    assert [(s.kind, s.start, s.token_ids, s.info) for s in rebuilt.spans] == [
+        (s.kind, s.start, s.token_ids, s.info) for s in tm.spans
     ]
-    assert [s.info.meta_info for s in rebuilt.segments if s.info] == [
-        s.info.meta_info for s in tm.segments if s.info
+    assert [s.info.meta_info for s in rebuilt.spans if s.info] == [
+        s.info.meta_info for s in tm.spans if s.info
     ]
     assert back.turns == 3 + 3 and back.trajectory.turn_count == 3
 
@@ -108,9 +113,9 @@ def test_a_turn_cut_and_continued_counts_once():
         (lambda d: d["messages"].append({"role": "system", "content": []}), "role user or assistant"),
         (lambda d: d["messages"][0]["content"].append({"image": {"bytes": b"\x89PNG"}}), "bytes is not plain data"),
         (lambda d: d["trajectory"].update(token_ids="not base64!"), "not base64"),
-        (lambda d: d["trajectory"]["lengths"].append(3), "one positive length per segment"),
+        (lambda d: d["trajectory"]["lengths"].append(3), "one positive length per span"),
         (lambda d: d["trajectory"].update(kinds=["prompt", "tool", "generated", *d["trajectory"]["kinds"][3:]]), "unknown kind"),
-        (lambda d: d["trajectory"]["turns"].pop(), "do not match the generated segments"),
+        (lambda d: d["trajectory"]["turns"].pop(), "do not match the generated spans"),
         (lambda d: d["model"]["counters"].update(turns=True), "expected an integer"),
         (lambda d: d["model"]["call_errors"].update(t3=["bad_json"]), "(kind, message, raw, name) expected"),
         (lambda d: d["tools"].update(tool_iters=-1), "negative"),

@@ -18,8 +18,13 @@ from slime_strands import (
     SGLangHTTPError,
     SGLangProtocolError,
 )
-from slime_strands import client as client_module
-from slime_strands.client import SGLANG_CONTEXT_MARGIN, RequestHandle, SGLangTimeoutError, TokenIdsJSON
+from slime_strands.provider import client as client_module
+from slime_strands.provider.client import (
+    SGLANG_CONTEXT_MARGIN,
+    RequestHandle,
+    SGLangTimeoutError,
+    TokenIdsJSON,
+)
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 
 pytestmark = pytest.mark.timeout(60)

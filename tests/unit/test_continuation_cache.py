@@ -12,7 +12,7 @@ from helpers import TEMPLATE_TOOLS as TOOLS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slime_strands.chat import ChatRenderer
+from slime_strands.template.render import ChatRenderer
 
 # Shapes whose template alters the bodies: Llama 3.2's template JSON-encodes tool results and trims user turns.
 JINJA_ONLY = {"llama3": {"tool", "user"}}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from slime_strands.command_errors import CommandError
-from slime_strands.eval_data import load_prompts
+from slime_strands.cli.errors import CommandError
+from slime_strands.cli.eval.data import load_prompts
 
 
 def write(tmp_path, *rows, name="aime-2024.jsonl"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from slime_strands.client import (
+from slime_strands.cli.eval.failures import failure_cause, failure_lines
+from slime_strands.provider.client import (
     SGLangAbortError,
     SGLangConnectionError,
     SGLangContextLengthError,
@@ -13,7 +14,6 @@ from slime_strands.client import (
     SGLangProtocolError,
     SGLangTimeoutError,
 )
-from slime_strands.eval_failures import failure_cause, failure_lines
 
 
 def written(error: Exception) -> str:

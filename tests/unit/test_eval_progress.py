@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import io
 
-from slime_strands.eval_progress import EvalProgress
-from slime_strands.eval_summary import Outcome
+from slime_strands.cli.eval.progress import EvalProgress
+from slime_strands.cli.eval.summary import TrajectoryTally
 
 
-def outcome(correct: bool, status: str = "COMPLETED", tokens: int = 100) -> Outcome:
-    return Outcome("0:0", 0, "d", correct, status, 1, 0, 0, tokens)
+def outcome(correct: bool, status: str = "COMPLETED", tokens: int = 100) -> TrajectoryTally:
+    return TrajectoryTally("0:0", 0, "d", correct, status, 1, 0, 0, tokens)
 
 
 class Clock:

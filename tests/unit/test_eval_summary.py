@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from slime_strands.eval_summary import ALL, Outcome, format_table, pass_k_values, summarize
+from slime_strands.cli.eval.summary import ALL, TrajectoryTally, format_table, pass_k_values, summarize
 
 
 def outcome(
     prompt, sample, correct, *, dataset="d", status="COMPLETED", turns=1, tool_calls=0, parse_errors=0
 ):
-    return Outcome(
+    return TrajectoryTally(
         key=f"{prompt}:{sample}",
         prompt_index=prompt,
         dataset=dataset,

@@ -9,7 +9,8 @@ import logging
 
 from family_kit import family_tokenizer
 
-from slime_strands.chat import ChatRenderer, end_of_sequence_ids
+from slime_strands.template.probe import end_of_sequence_ids
+from slime_strands.template.render import ChatRenderer
 
 
 def end_of_sequence_tokens(tok):
@@ -49,7 +50,7 @@ def test_no_config_files_leaves_the_tokenizer_eos(tmp_path):
 
 def test_unreadable_config_is_a_warning_not_a_failure(tmp_path, caplog):
     tok = _qwen3_in(tmp_path, generation_config="{not json", config=["a list"])
-    with caplog.at_level(logging.WARNING, logger="slime_strands.chat"):
+    with caplog.at_level(logging.WARNING, logger="slime_strands.template.probe"):
         assert end_of_sequence_tokens(tok) == ("<|im_end|>",)
     assert caplog.text.count("cannot read eos_token_id") == 2
 

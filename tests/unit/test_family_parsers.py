@@ -12,9 +12,9 @@ from slime_strands.tool_parsers import (
     Glm47ToolParser,
     KimiK2ToolParser,
     Llama3ToolParser,
+    MalformedCall,
     Qwen3CoderToolParser,
     ToolCall,
-    ToolCallError,
     get_tool_parser,
 )
 
@@ -50,8 +50,8 @@ def _calls(parser, text, **kwargs):
     return parser.parse(text, tools=SCHEMAS, **kwargs).calls
 
 
-def _only_error(calls) -> ToolCallError:
-    assert len(calls) == 1 and isinstance(calls[0], ToolCallError), calls
+def _only_error(calls) -> MalformedCall:
+    assert len(calls) == 1 and isinstance(calls[0], MalformedCall), calls
     return calls[0]
 
 
@@ -377,7 +377,7 @@ def test_llama3_bare_json_tagged_and_parallel():
 )
 def test_llama3_malformed(action, kind, message):
     calls = Llama3ToolParser().parse("<|python_tag|>" + action).calls
-    errors = [c for c in calls if isinstance(c, ToolCallError)]
+    errors = [c for c in calls if isinstance(c, MalformedCall)]
     error = _only_error(errors)
     assert calls[-1] is error, "a malformed call ends the calls: what follows it is not read"
     assert error.kind == kind and message in error.message
@@ -394,4 +394,4 @@ def test_thousands_of_tags_stay_linear(name):
         name, ""
     )
     calls = parser.parse(section + opener * 20_000).calls
-    assert calls and all(isinstance(c, ToolCallError) for c in calls)
+    assert calls and all(isinstance(c, MalformedCall) for c in calls)

@@ -13,9 +13,10 @@ import pytest
 from family_kit import FAMILIES, TEMPLATES, family_tokenizer
 
 from slime_strands import SGLangModel
-from slime_strands.chat import ChatRenderer, TemplateError
+from slime_strands.cli.checks import check_template
 from slime_strands.errors import ConfigurationError
-from slime_strands.families import check_template, detect_tool_parser
+from slime_strands.template.probe import detect_tool_parser
+from slime_strands.template.render import ChatRenderer, TemplateError
 
 EXPECTED = {
     # family: (turn end, stop tokens, generation prompt with thinking left to the template, arguments as)
@@ -254,7 +255,7 @@ def test_explicit_unknown_parser_is_a_configuration_error():
 def test_model_config_extends_strands_base_config():
     from strands.models import BaseModelConfig
 
-    from slime_strands.model import SGLangConfig
+    from slime_strands.provider.model import SGLangConfig
 
     assert set(BaseModelConfig.__annotations__) <= set(SGLangConfig.__annotations__)
     model = SGLangModel(

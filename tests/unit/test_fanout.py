@@ -4,6 +4,7 @@ tool helper, and why a fanned-out batch is lists throughout (slime's flattening)
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import types
@@ -12,14 +13,14 @@ import pytest
 from slime_helpers import Sample, slime_group_norm
 
 from slime_strands import metrics, reward
+from slime_strands._slime.adapter import check_fanout_flags, score_sample
+from slime_strands._slime.sample_writer import SampleContract, reset_for_generation, write_samples
+from slime_strands.agent.record import EpisodeRecord, MalformedRecordError, SegmentRecord, Termination
+from slime_strands.agent.subagents import subagent_tool
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import EpisodeRecord, MalformedRecordError, SegmentRecord, Termination
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.reward_norm import post_process_rewards
-from slime_strands.sample_writer import SampleContract, reset_for_generation, write_samples
 from slime_strands.settings import CompactionSettings, PluginSettings, SettingsError
-from slime_strands.slime_adapter import check_fanout_flags, score_sample
-from slime_strands.subagents import subagent_tool
-from slime_strands.token_manager import TokenManager, TurnInfo
 
 S = Sample.Status
 
@@ -213,9 +214,14 @@ def episode_of(*trajectories: TokenManager) -> EpisodeRecord:
         )
         for i, tm in enumerate(trajectories)
     ]
-    record = EpisodeRecord(Termination.END_TURN, tool_iters=2, tool_time_s=1.5, segments=segments)
-    record.trajectory, record.response = trajectories[-1], "response last"
-    return record
+    return EpisodeRecord(
+        Termination.END_TURN,
+        tool_iters=2,
+        tool_time_s=1.5,
+        segments=segments,
+        trajectory=trajectories[-1],
+        response="response last",
+    )
 
 
 def blank_sample() -> Sample:
@@ -228,7 +234,10 @@ def test_each_segment_becomes_a_sample_of_its_own(tokenizer):
     first = trajectory([1, 2, 3], ([], [10, 11]), ([20], [12, 13, 14]))
     second = trajectory([1, 2, 9], ([], [15]))
     sample = blank_sample()
-    out = write_samples(sample, episode_of(first, second), SampleContract(top_p=True), tokenizer)
+    record = episode_of(first, second)
+    written = write_samples(sample, record, SampleContract(top_p=True), tokenizer)
+    out = written.samples
+    assert written.record == record.for_segment(1), "what the last sample holds"
     assert len(out) == 2 and out[-1] is sample and out[0] is not sample
     a, b = out
     assert a.tokens == first.token_ids and a.response_length == 6 and a.loss_mask == [1, 1, 0, 1, 1, 1]
@@ -256,18 +265,25 @@ def test_bad_replay_data_in_one_segment_fails_the_whole_episode(tokenizer, caplo
     second = trajectory([1, 2, 9], ([], [15]))
     sample = blank_sample()
     record = episode_of(second, first)
-    out = write_samples(sample, record, SampleContract(top_p=True), tokenizer)
-    assert out == [sample] and sample.status == S.FAILED and sample.remove_sample and sample.reward == 0.0
+    written = write_samples(sample, record, SampleContract(top_p=True), tokenizer)
+    assert (
+        written.samples == (sample,)
+        and sample.status == S.FAILED
+        and sample.remove_sample
+        and sample.reward == 0.0
+    )
     assert sample.loss_mask == [0] and sample.rollout_top_p_token_offsets == [0, 0]
     assert "top-p replay is on" in EpisodeRecord.of(sample).error and "FAILED" in caplog.text
+    assert written.record == EpisodeRecord.of(sample) and written.record.termination is Termination.FAILED
+    assert record.termination is Termination.END_TURN and record.error is None, "the caller's record is kept"
     assert sample.metadata["keep"] == 1
 
 
 def test_an_episode_slime_does_not_train_on_stays_one_sample(tokenizer):
     record = episode_of(trajectory([1, 2], ([], [5])), trajectory([1, 3], ([], [6])))
-    record.termination = Termination.ABORTED
+    record = dataclasses.replace(record, termination=Termination.ABORTED)
     sample = blank_sample()
-    assert write_samples(sample, record, SampleContract(), tokenizer) == [sample]
+    assert write_samples(sample, record, SampleContract(), tokenizer).samples == (sample,)
     assert sample.status == S.ABORTED and sample.tokens == [1, 3, 6] and EpisodeRecord.of(sample).segment == 1
 
 

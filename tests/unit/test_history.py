@@ -12,8 +12,8 @@ from helpers import Call, ModelTurn, final, make_model
 from rollout_tools import add, helper
 
 from slime_strands import SGLangClient
-from slime_strands.episode import EpisodeSpec, build_agent, run_episode
-from slime_strands.history import AgentHistory
+from slime_strands.agent.episode import EpisodeSpec, build_agent, run_episode
+from slime_strands.agent.history import AgentHistory
 from slime_strands.settings import PluginSettings
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_trajectory_invariants

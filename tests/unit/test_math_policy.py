@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from slime_strands.chat import ChatRenderer
-from slime_strands.families import select_tool_parser
+from slime_strands.template.probe import select_tool_parser
+from slime_strands.template.render import ChatRenderer
 from slime_strands.testing.math_policy import _TOOL, TOOL_NAME, MathPolicy, read_expression
 
 SCHEMAS = {TOOL_NAME: _TOOL["function"]["parameters"]}

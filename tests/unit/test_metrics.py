@@ -13,8 +13,8 @@ import pytest
 from conftest import qwen3_tokenizer_path
 
 from slime_strands import rollout
+from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.metrics import aggregate, log_eval_rollout, log_rollout, pass_at_k
-from slime_strands.record import EpisodeRecord, Termination
 from slime_strands.testing import Fault, SGLangTestServer
 from slime_strands.testing.slime_types import Sample
 
@@ -223,7 +223,7 @@ async def test_real_episodes_through_log_rollout(server, monkeypatch):
     assert step_key == "rollout/step" and m.pop("rollout/step") == 103
     assert all(k.startswith("rollout/strands/") for k in m)
     m = {k.removeprefix("rollout/strands/"): v for k, v in m.items()}
-    for key in DISTRIBUTIONS:  # every distribution the README promises exists for real episodes
+    for key in DISTRIBUTIONS:  # every distribution docs/training.md promises exists for real episodes
         assert {f"{key}_mean", f"{key}_p50", f"{key}_p99", f"{key}_max"} <= set(m), key
     assert m["samples"] == 3
     assert m["status/completed"] == pytest.approx(3 / 4) and m["status/failed"] == pytest.approx(1 / 4)

@@ -28,7 +28,7 @@ def _lines(caplog, text: str) -> list[str]:
 
 
 async def test_a_failing_server_is_logged_once_and_its_return_once(server, tokenizer, caplog):
-    caplog.set_level(logging.WARNING, logger="slime_strands.client")
+    caplog.set_level(logging.WARNING, logger="slime_strands.provider.client")
     ids = tokenizer.encode("x", add_special_tokens=False)
     clients = [SGLangClient(server.base_url, max_retries=3, retry_delay=0.01) for _ in range(2)]
     server.responder = lambda body, headers: Fault(status=503)
@@ -53,7 +53,7 @@ async def test_a_failing_server_is_logged_once_and_its_return_once(server, token
 
 
 async def test_an_unreachable_server_is_logged_once(caplog):
-    caplog.set_level(logging.WARNING, logger="slime_strands.client")
+    caplog.set_level(logging.WARNING, logger="slime_strands.provider.client")
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{probe.getsockname()[1]}"

@@ -7,6 +7,7 @@ import argparse
 import collections
 import dataclasses
 import importlib
+import itertools
 import re
 import subprocess
 from pathlib import Path
@@ -194,17 +195,38 @@ def test_benchmark_tables_live_only_in_performance_md():
         assert measured == [], f"{page.name}: a table of measured figures belongs in docs/performance.md"
 
 
+def _layout_paths(block: str) -> set[str]:
+    """The paths the Layout block lists: the names that start each line (``a.py b.py  what they do``), under
+    the folders that the lines above them open (``name/`` at a smaller indentation)."""
+    listed, folders = set(), []  # folders: (indentation, name) of the open ones
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        names = list(itertools.takewhile(lambda word: re.fullmatch(r"\w+(\.py|/)", word), line.split()))
+        if not names:
+            continue  # a description carried over from the line above
+        prefix = "".join(f"{name}/" for _, name in folders)
+        listed |= {prefix + name for name in names}
+        if len(names) == 1 and names[0].endswith("/"):
+            folders.append((indent, names[0].rstrip("/")))
+    return listed
+
+
 def test_layout_lists_every_module_and_nothing_else():
     block = _section(_doc("architecture.md"), "## Layout").split("```")[1]
-    listed = set(re.findall(r"\b(\w+\.py|\w+/)", block))
-    modules = {p.name for p in PACKAGE.glob("*.py")} | {
-        f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()
+    listed = {path for path in _layout_paths(block) if path.startswith("slime_strands/")}
+    modules = {
+        path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts
     }
-    for package in (p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
-        modules |= {p.name for p in package.glob("*.py")}
-    assert modules - listed == set(), "modules missing from the Layout in docs/architecture.md"
-    stale = {name for name in listed - modules if name.endswith(".py")}
-    assert stale == set(), "the Layout lists modules that do not exist"
+    folders = {path.parent.relative_to(ROOT).as_posix() + "/" for path in PACKAGE.rglob("__init__.py")}
+    inits = {f"{folder}__init__.py" for folder in folders if folder != "slime_strands/"}
+    assert (modules | folders) - inits - listed == set(), (
+        "modules missing from the Layout in docs/architecture.md"
+    )
+    assert listed - modules - folders == set(), "the Layout lists modules that do not exist"
 
 
 def test_the_settings_table_lists_every_setting():
@@ -242,7 +264,7 @@ def test_every_command_line_flag_exists():
 
 
 def test_the_exit_status_table_is_the_code():
-    from slime_strands import command_errors
+    from slime_strands.cli import errors as command_errors
 
     table = _section(_doc("cli.md"), "## Errors and exit statuses")
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
@@ -251,8 +273,8 @@ def test_the_exit_status_table_is_the_code():
 
 def test_every_rollout_metric_key_is_logged():
     """The wandb table's ``rollout/strands/*`` keys are what ``metrics.aggregate`` produces."""
+    from slime_strands.agent.record import EpisodeRecord, SegmentRecord, Termination
     from slime_strands.metrics import aggregate
-    from slime_strands.record import EpisodeRecord, SegmentRecord, Termination
     from slime_strands.testing.slime_types import Sample
 
     segments = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slime_strands.record import EpisodeRecord, Termination
+from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.reward import accuracy, extract_answer, final_answer_text, grade, math_reward
 from slime_strands.settings import SettingsError
 from slime_strands.testing.slime_types import Sample

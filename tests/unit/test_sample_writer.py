@@ -4,6 +4,7 @@ and the record's own serialisation."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import struct
 import types
 
@@ -11,11 +12,11 @@ import numpy as np
 import pytest
 from slime_helpers import Sample
 
+from slime_strands._slime.adapter import template_kwargs
+from slime_strands._slime.sample_writer import SampleContract, reset_for_generation, write_sample
+from slime_strands.agent.record import TREATMENTS, EpisodeRecord, MalformedRecordError, Termination
 from slime_strands.errors import ConfigurationError
-from slime_strands.record import OUTCOMES, EpisodeRecord, MalformedRecordError, Termination
-from slime_strands.sample_writer import SampleContract, reset_for_generation, write_sample
-from slime_strands.slime_adapter import template_kwargs
-from slime_strands.token_manager import TokenManager, TurnInfo
+from slime_strands.provider.token_manager import TokenManager, TurnInfo
 
 
 def poisoned() -> Sample:
@@ -63,11 +64,11 @@ def test_a_failed_record_gives_a_batchable_masked_sample():
     assert EpisodeRecord.of(s).error == "boom"
 
 
-def test_every_termination_has_an_outcome_with_a_real_status():
-    assert set(OUTCOMES) == set(Termination)
-    for outcome in OUTCOMES.values():
+def test_every_termination_has_a_treatment_with_a_real_status():
+    assert set(TREATMENTS) == set(Termination)
+    for outcome in TREATMENTS.values():
         assert outcome.status in Sample.Status.__members__
-    assert [t for t, o in OUTCOMES.items() if o.trains] == [
+    assert [t for t, o in TREATMENTS.items() if o.trains] == [
         Termination.END_TURN,
         Termination.TOOL_LIMIT,
         Termination.MAX_TOKENS,
@@ -77,8 +78,9 @@ def test_every_termination_has_an_outcome_with_a_real_status():
 
 
 def test_record_round_trip_keeps_the_trajectory_out():
-    record = EpisodeRecord(Termination.TOOL_LIMIT, turns=3, parse_errors={"bad_json": 1}, tool_time_s=1.5)
-    record.response = "text"
+    record = EpisodeRecord(
+        Termination.TOOL_LIMIT, turns=3, parse_errors={"bad_json": 1}, tool_time_s=1.5, response="text"
+    )
     data = record.to_metadata()
     assert "trajectory" not in data and "response" not in data and data["termination"] == "tool_limit"
     assert EpisodeRecord.from_metadata(data) == record
@@ -129,9 +131,22 @@ def test_replay_data_the_server_garbled_fails_the_sample_not_the_step(key, value
     record = EpisodeRecord(Termination.END_TURN, trajectory=tm, response="x")
     s = Sample(prompt="p")
     reset_for_generation(s)
-    write_sample(s, record, SampleContract(routing=(1, 1), top_p=True), types.SimpleNamespace(eos_token_id=7))
+    written = write_sample(
+        s, record, SampleContract(routing=(1, 1), top_p=True), types.SimpleNamespace(eos_token_id=7)
+    )
+    assert written == EpisodeRecord.of(s), "the record written is the one returned"
     if key is None:  # the same turn, intact: a trained sample
         assert s.status is Sample.Status.COMPLETED and s.rollout_top_p_token_offsets == [0, 1, 2]
         return
     assert s.status is Sample.Status.FAILED and s.remove_sample
-    assert EpisodeRecord.of(s).error.startswith("ReplayError: ")
+    assert written.termination is Termination.FAILED and written.error.startswith("ReplayError: ")
+    assert record.termination is Termination.END_TURN and record.error is None, "the caller's record is kept"
+
+
+def test_the_episode_record_cannot_be_changed_once_made():
+    record = EpisodeRecord(Termination.END_TURN, parse_errors={"bad_json": 1}, segments=[])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.termination = Termination.FAILED  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        record.parse_errors["bad_json"] = 2  # type: ignore[index]
+    assert record.segments == () and dict(record.parse_errors) == {"bad_json": 1}

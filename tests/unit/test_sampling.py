@@ -1,4 +1,4 @@
-"""slime_strands.sampling: the sampling keys SGLang accepts (0.5.15 to 0.5.23), the settings' frozen params and
+"""slime_strands.provider.sampling: the sampling keys SGLang accepts (0.5.15 to 0.5.23), the settings' frozen params and
 how an episode's params are merged."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from slime_strands import SGLangModel
 from slime_strands.errors import ConfigurationError
-from slime_strands.sampling import (
+from slime_strands.provider.sampling import (
     SGLANG_SAMPLING_KEYS,
     SamplingParamError,
     SamplingParams,

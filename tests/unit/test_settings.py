@@ -8,8 +8,8 @@ import types
 
 import pytest
 
+from slime_strands.agent.runtime import raise_gc_threshold
 from slime_strands.errors import ConfigurationError
-from slime_strands.runtime import raise_gc_threshold
 from slime_strands.settings import PluginSettings, SandboxSettings, SettingsError, settings_from_args
 
 
@@ -89,16 +89,16 @@ def test_a_yaml_file_that_does_not_parse_is_a_settings_error(tmp_path):
 
 def test_what_the_settings_guard_is_checked_again_where_it_is_used():
     """Built by hand (not through the settings), the pieces reject bad values with a ConfigurationError too."""
-    from slime_strands.compaction import ContextCompactor
-    from slime_strands.limits import ToolLimiter
+    from slime_strands.agent.compaction import ContextCompactor
+    from slime_strands.agent.limits import ToolLimiter
+    from slime_strands.agent.segment_collector import SegmentCollector
     from slime_strands.sandbox._backends import command
-    from slime_strands.segments import EpisodeSegments
     from slime_strands.settings import CompactionSettings
 
     with pytest.raises(ConfigurationError, match="max_tool_calls must be >= 0 or None, got -1"):
         ToolLimiter(max_tool_calls=-1)
     with pytest.raises(ConfigurationError, match="unknown compaction strategy 'trim'"):
-        ContextCompactor("trim", CompactionSettings(), EpisodeSegments(collect_subagents=False), pinned=1)
+        ContextCompactor("trim", CompactionSettings(), SegmentCollector(collect_subagents=False), pinned=1)
     with pytest.raises(ConfigurationError, match="unknown sandbox backend 'docker'"):
         command("docker", root=False)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slime_strands.token_alignment import align
+from slime_strands.cli.token_alignment import align
 
 tokens = st.lists(st.integers(min_value=0, max_value=4), max_size=40)
 

@@ -11,7 +11,7 @@ from family_kit import FAMILIES, family_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slime_strands.token_codec import GIL_RELEASE_CHARS, TokenCodec, _encode
+from slime_strands.template.codec import GIL_RELEASE_CHARS, TokenCodec, _encode
 
 TOKENIZERS = ["qwen3", *sorted(FAMILIES)]
 
@@ -224,7 +224,7 @@ def test_tiktoken_is_refused_when_its_ids_differ_or_the_shape_is_not_reproducibl
 
     from tokenizers import AddedToken
 
-    from slime_strands.tiktoken_bpe import TiktokenBPE
+    from slime_strands.template.tiktoken_bpe import TiktokenBPE
 
     backend = tokenizer.backend_tokenizer
     codec = TokenCodec.of(tokenizer)

@@ -21,9 +21,9 @@ def build() -> TokenManager:
 
 def test_empty():
     tm = TokenManager()
-    assert tm.token_ids == tm.loss_mask == tm.logprobs == tm.segments == []
+    assert tm.token_ids == tm.loss_mask == tm.logprobs == tm.spans == []
     assert len(tm) == tm.prompt_length == tm.response_length == tm.generated_length == 0
-    assert tm.last_segment is None and tm.turns == []
+    assert tm.last_span is None and tm.turns == []
     assert_trajectory_invariants(tm)
 
 
@@ -32,7 +32,7 @@ def test_trajectory_views():
     assert tm.token_ids == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert tm.loss_mask == [0, 0, 0, 1, 1, 0, 0, 0, 1]
     assert tm.logprobs == [0.0, 0.0, 0.0, -0.5, -0.25, 0.0, 0.0, 0.0, -1.0]
-    assert [(s.kind, s.start, s.end) for s in tm.segments] == [
+    assert [(s.kind, s.start, s.end) for s in tm.spans] == [
         ("prompt", 0, 3),
         ("generated", 3, 5),
         ("observation", 5, 8),
@@ -41,7 +41,7 @@ def test_trajectory_views():
     assert len(tm) == 9 and tm.prompt_length == 3 and tm.response_length == 6 and tm.generated_length == 3
     assert [t.finish_reason for t in tm.turns] == ["stop", "length"]
     assert tm.turns[0] == STOP
-    assert tm.last_segment.kind == "generated"
+    assert tm.last_span.kind == "generated"
     assert_trajectory_invariants(tm)
 
 
@@ -50,15 +50,15 @@ def test_views_are_copies():
     tm.token_ids.append(99)
     tm.loss_mask[0] = 1
     tm.logprobs.clear()
-    tm.segments.pop()
-    assert len(tm.token_ids) == len(tm.loss_mask) == len(tm.logprobs) == 9 and len(tm.segments) == 4
+    tm.spans.pop()
+    assert len(tm.token_ids) == len(tm.loss_mask) == len(tm.logprobs) == 9 and len(tm.spans) == 4
     with pytest.raises(AttributeError):
-        tm.segments[0].kind = "generated"  # frozen
+        tm.spans[0].kind = "generated"  # frozen
 
 
 def test_slime_slicing():
     tm = build()
-    prompt_len = len(tm.segments[0])
+    prompt_len = len(tm.spans[0])
     response = tm.token_ids[prompt_len:]
     assert (
         len(response) == len(tm.loss_mask[prompt_len:]) == len(tm.logprobs[prompt_len:]) == tm.response_length
@@ -91,7 +91,7 @@ def test_generation_needs_one_logprob_per_token():
 def test_reset():
     tm = build()
     tm.reset()
-    assert tm.token_ids == [] and tm.segments == []
+    assert tm.token_ids == [] and tm.spans == []
     tm.add_prompt([7])
     assert tm.prompt_length == 1
 
@@ -109,3 +109,12 @@ def test_invariant_checker_catches_a_trajectory_ending_on_an_observation():
     tm.add_observation([3])
     with pytest.raises(AssertionError, match="half turn"):
         assert_trajectory_invariants(tm)
+
+
+def test_the_older_names_of_the_spans_still_work():
+    from slime_strands import Segment, Span
+
+    tm = TokenManager()
+    tm.add_prompt([1, 2])
+    tm.add_generation([3], [-0.5], TurnInfo("stop"))
+    assert Segment is Span and tm.segments == tm.spans and tm.last_segment == tm.last_span == tm.spans[-1]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from slime_strands.cli import main
-from slime_strands.command_errors import CommandError
-from slime_strands.tokenizer_loading import DEMO_TOKENIZER, demo_tokenizer_folder, load_tokenizer
+from slime_strands.cli.errors import CommandError
+from slime_strands.cli.tokenizer_loading import DEMO_TOKENIZER, demo_tokenizer_folder, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTICE = "PyTorch was not found"
@@ -93,7 +93,7 @@ def test_without_the_filter_transformers_prints_the_notice():
 
 
 def test_the_filter_drops_only_the_notice():
-    from slime_strands.tokenizer_loading import quiet_torch_notice
+    from slime_strands.cli.tokenizer_loading import quiet_torch_notice
 
     quiet_torch_notice()
     quiet_torch_notice()  # idempotent: one filter

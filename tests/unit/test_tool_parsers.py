@@ -8,9 +8,9 @@ from helpers import BAD_CALLS, call_text
 from slime_strands.errors import ConfigurationError
 from slime_strands.tool_parsers import (
     HermesToolParser,
+    MalformedCall,
     ParseResult,
     ToolCall,
-    ToolCallError,
     ToolParser,
     get_tool_parser,
     register_tool_parser,
@@ -58,8 +58,8 @@ def test_compact_json_without_newlines(parser):
     assert result.calls == [ToolCall("add", {"a": 1, "b": 2}, '{"name":"add","arguments":{"a":1,"b":2}}')]
 
 
-def _only_error(result: ParseResult) -> ToolCallError:
-    assert len(result.calls) == 1 and isinstance(result.calls[0], ToolCallError), result.calls
+def _only_error(result: ParseResult) -> MalformedCall:
+    assert len(result.calls) == 1 and isinstance(result.calls[0], MalformedCall), result.calls
     return result.calls[0]
 
 
@@ -123,7 +123,7 @@ def test_unclosed_tag(parser):
 
 def test_unclosed_tag_followed_by_a_valid_call(parser):
     result = parser.parse('<tool_call>\n{"name": "add"\n' + ADD)
-    assert [type(c).__name__ for c in result.calls] == ["ToolCallError", "ToolCall"]
+    assert [type(c).__name__ for c in result.calls] == ["MalformedCall", "ToolCall"]
     assert result.calls[0].kind == "unclosed_tag" and result.calls[1].name == "add"
 
 

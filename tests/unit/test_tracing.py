@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from rollout_tools import add
 from strands.telemetry import tracer as strands_tracer
 
-from slime_strands.episode import build_agent
+from slime_strands.agent.episode import build_agent
+from slime_strands.agent.tracing import RecordingOnlyTracer, use_recording_only_tracer
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_trajectory_invariants
-from slime_strands.tracing import RecordingOnlyTracer, use_recording_only_tracer
 
 SCRIPT = [
     ModelTurn(reasoning="add them", calls=[Call("add", {"a": 2, "b": 3})]),

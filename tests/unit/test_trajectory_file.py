@@ -8,27 +8,33 @@ import json
 
 import pytest
 
-from slime_strands.command_errors import CommandError
-from slime_strands.eval_digest import ConfigDigest
-from slime_strands.trajectory_file import (
+from slime_strands.agent.record import EpisodeRecord, Termination
+from slime_strands.cli.errors import CommandError
+from slime_strands.cli.trajectory_keys import find_row, latest_rows
+from slime_strands.trajectories.config_digest import ConfigDigest
+from slime_strands.trajectories.file import (
     SCHEMA,
-    Span,
-    TokenSegment,
+    SavedSegment,
+    SavedSpan,
+    TrajectoryFileError,
     TrajectoryRow,
     TrajectoryWriter,
     has_torn_tail,
     iter_rows,
     row_key,
 )
-from slime_strands.trajectory_keys import find_row, latest_rows
 
 
 def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow:
-    segment = TokenSegment(
+    segment = SavedSegment(
         token_ids=[1, 2, 3, 4, 5],
         loss_mask=[0, 0, 1, 1, 0],
         logprobs=[0.0, 0.0, -0.25, -1.5e-7, 0.0],
-        spans=[Span("prompt", 0, 2), Span("generated", 2, 4, "stop"), Span("observation", 4, 5)],
+        spans=[
+            SavedSpan("prompt", 0, 2),
+            SavedSpan("generated", 2, 4, "stop"),
+            SavedSpan("observation", 4, 5),
+        ],
     )
     values = dict(
         key=row_key(prompt_index, sample),
@@ -44,12 +50,13 @@ def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow
         response="a",
         reward=1.0,
         status="COMPLETED",
-        termination="end_turn",
-        metrics={"turns": 1, "parse_errors": {}},
+        record=EpisodeRecord(Termination.END_TURN, evaluation=True, turns=1),
         tools=[{"type": "function", "function": {"name": "add"}}],
         chat_template_kwargs={"enable_thinking": False},
         config=ConfigDigest("s" * 16, "p" * 16, "t" * 16, "o" * 16, "m" * 16),
     )
+    if "error" in changes:  # the record's
+        values["record"] = dataclasses.replace(values["record"], error=changes.pop("error"))
     values.update(changes)
     return TrajectoryRow(**values)
 
@@ -83,6 +90,24 @@ def test_rows_round_trip_exactly(tmp_path):
     }
     assert find_row(path, "-1")[1] == rows[2] and find_row(path, "0:0") == (1, rows[0])
     assert rows[0].correct and not rows[1].correct
+
+
+def test_a_row_holds_the_typed_episode_record(tmp_path):
+    record = EpisodeRecord(
+        Termination.TOOL_LIMIT, evaluation=True, turns=3, tool_calls=2, parse_errors={"bad_json": 1}
+    )
+    data = make_row(record=record).to_json()
+    assert (data["termination"], data["metrics"]["turns"], data["metrics"]["parse_errors"]) == (
+        "tool_limit",
+        3,
+        {"bad_json": 1},
+    )
+    data["metrics"]["counted_by_a_later_version"] = 7  # a newer writer's counter: read, not refused
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(data) + "\n")
+    ((_, row),) = iter_rows(path)
+    assert row.record == record and row.termination == "tool_limit" and row.error is None
+    assert row.record.tool_calls == 2 and sum(row.record.parse_errors.values()) == 1
 
 
 def test_a_torn_last_line_is_skipped_then_cut(tmp_path):
@@ -119,6 +144,9 @@ def test_cutting_a_torn_line_longer_than_the_read_chunk(tmp_path):
         (lambda d: d["segments"][0]["spans"].pop(), "spans cover 4 of 5 tokens"),
         (lambda d: d["segments"][0]["spans"][1].update(start=3), "spans must cover the tokens in order"),
         (lambda d: d.update(sample="1"), "sample must be an integer"),
+        (lambda d: d["metrics"].update(turns="2"), "turns must be an integer"),
+        (lambda d: d.update(termination="done"), "unknown termination 'done'"),
+        (lambda d: d.update(metrics=[1]), "metrics must be an object"),
     ],
 )
 def test_malformed_rows_are_named_by_line(tmp_path, mutate, message):
@@ -126,7 +154,7 @@ def test_malformed_rows_are_named_by_line(tmp_path, mutate, message):
     mutate(data)
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(make_row().to_json()) + "\n" + json.dumps(data) + "\n")
-    with pytest.raises(CommandError, match="not a trajectory row") as raised:
+    with pytest.raises(TrajectoryFileError, match="not a trajectory row") as raised:
         list(iter_rows(path))
     assert str(raised.value).startswith(f"{path}:2: ") and message in str(raised.value)
     assert "slime-strands eval --out" in raised.value.hint
@@ -135,7 +163,14 @@ def test_malformed_rows_are_named_by_line(tmp_path, mutate, message):
 def test_rows_are_found_by_key_not_by_line(tmp_path):
     """Lines come in completion order, a retried key twice: --index names the key, its later line wins."""
     path = tmp_path / "t.jsonl"
-    failed = make_row(0, 1, status="FAILED", termination="failure", segments=[], messages=[])
+    failed = make_row(
+        0,
+        1,
+        status="FAILED",
+        record=EpisodeRecord(Termination.FAILED, evaluation=True),
+        segments=[],
+        messages=[],
+    )
     retried = make_row(0, 1, reward=0.0)
     write(path, [make_row(2, 0), failed, make_row(0, 0), make_row(10, 1), retried])
     assert [row.key for _, row in latest_rows(path)] == ["0:0", "0:1", "2:0", "10:1"], "numeric key order"
@@ -161,17 +196,17 @@ def test_find_row_errors(tmp_path):
     with pytest.raises(CommandError) as raised:
         find_row(empty, "0")
     assert "no trajectories" in str(raised.value) and "run `slime-strands eval" in raised.value.hint
-    with pytest.raises(CommandError, match="no such trajectory file"):
+    with pytest.raises(TrajectoryFileError, match="no such trajectory file"):
         find_row(tmp_path / "missing.jsonl", "0")
 
 
 def test_a_failed_episode_row_holds_no_tokens_and_a_bounded_error():
     """An episode that generated nothing has no trajectory: its row holds the prompt once, no tokens, and at
     most ERROR_CHARS of the error (a server's error body can echo a whole request)."""
-    from slime_strands.eval_data import EvalPrompt
-    from slime_strands.record import EpisodeRecord, Termination
-    from slime_strands.token_manager import TokenManager
-    from slime_strands.trajectory_file import ERROR_CHARS
+    from slime_strands.agent.record import EpisodeRecord, Termination
+    from slime_strands.cli.eval.data import EvalPrompt
+    from slime_strands.cli.eval.rows import ERROR_CHARS, episode_row
+    from slime_strands.provider.token_manager import TokenManager
 
     prompt_only = TokenManager()
     prompt_only.add_prompt(list(range(50_000)))
@@ -186,7 +221,7 @@ def test_a_failed_episode_row_holds_no_tokens_and_a_bounded_error():
     )
     prompt = EvalPrompt(index=0, line=1, prompt=[{"role": "user", "content": "q"}], label="1", dataset="d")
     config = ConfigDigest("s" * 16, "p" * 16, "t" * 16, "o" * 16, "m" * 16)
-    row = TrajectoryRow.from_episode(
+    row = episode_row(
         prompt, 0, record, 0.0, tokenizer="tok", tools=None, chat_template_kwargs={}, config=config
     )
     assert row.segments == [] and row.messages == [] and row.prompt == prompt.prompt

@@ -1,0 +1,7 @@
+"""``python -m slime_strands.cli``: the ``slime-strands`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

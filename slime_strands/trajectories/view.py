@@ -1,0 +1,186 @@
+"""A trajectory row laid out for reading, token by token: what both ``inspect`` renderers (terminal, HTML) show.
+
+Each segment (context window) is cut into blocks at its spans: the prompt, every generated turn (trained
+tokens: loss mask 1, with their logprobs) and the tool / template tokens between turns. Generated turns are
+annotated with the tool calls the agent made of them and tool blocks with the results the tools returned (from
+the row's ``messages``, which belong to the last segment). Token texts are decoded one token at a time; a
+character split over several tokens (multi-byte UTF-8) is shown on its first token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .file import SavedSegment, TrajectoryRow
+
+__all__ = ["Block", "SegmentView", "TokenCell", "TrajectoryView", "build_view", "token_texts"]
+
+_REPLACEMENT = "\ufffd"
+# A UTF-8 character spans at most 4 bytes; byte-level BPE pieces can be single bytes.
+_MAX_CHARACTER_TOKENS = 8
+_NOTE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class TokenCell:
+    index: int
+    """Position in its segment."""
+    token_id: int
+    text: str
+    trained: bool
+    """Loss mask 1."""
+    logprob: float
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str
+    """``prompt``, ``generated`` or ``observation`` (tool results and template tokens)."""
+    title: str
+    start: int
+    end: int
+    cells: list[TokenCell]
+    finish_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+    """Tool calls made in a generated turn; tool results shown in an observation block."""
+
+    @property
+    def mean_logprob(self) -> float | None:
+        trained = [c.logprob for c in self.cells if c.trained]
+        return sum(trained) / len(trained) if trained else None
+
+    def low_confidence(self, threshold: float) -> int:
+        return sum(c.trained and c.logprob < threshold for c in self.cells)
+
+    def header(self) -> list[str]:
+        """What both renderers title the block with: its title, its token range and, for a generated turn, its
+        finish reason and mean logprob."""
+        parts = [self.title, f"tokens {self.start}-{self.end - 1} ({self.end - self.start})"]
+        if self.kind == "generated":
+            if self.finish_reason:
+                parts.append(f"finish {self.finish_reason}")
+            if self.mean_logprob is not None:
+                parts.append(f"mean logprob {self.mean_logprob:.2f}")
+        return parts
+
+
+@dataclass(frozen=True)
+class SegmentView:
+    number: int
+    blocks: list[Block]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def about(self) -> str:
+        """The segment's ``info`` as ``key value`` pairs (empty for an ordinary episode)."""
+        return " · ".join(f"{key} {value}" for key, value in self.info.items() if value not in (None, ""))
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(b.cells) for b in self.blocks)
+
+    @property
+    def trained(self) -> int:
+        return sum(c.trained for b in self.blocks for c in b.cells)
+
+
+@dataclass(frozen=True)
+class TrajectoryView:
+    row: TrajectoryRow
+    segments: list[SegmentView]
+
+    @property
+    def headline(self) -> str:
+        row = self.row
+        calls = row.record.tool_calls
+        return (
+            f"trajectory {row.key} · dataset {row.dataset} · reward {row.reward:g} · {row.status} "
+            f"({row.termination}) · {row.record.turns} turns · {calls} tool call{'s' * (calls != 1)} · "
+            f"{sum(s.tokens for s in self.segments)} tokens, {sum(s.trained for s in self.segments)} trained"
+        )
+
+
+def token_texts(tokenizer: Any, token_ids: Sequence[int]) -> list[str]:
+    """The text of each token, special tokens kept; a character split over tokens goes to the first of them."""
+    ids = list(token_ids)
+    texts = list(
+        tokenizer.batch_decode(
+            [[t] for t in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+    )
+    i = 0
+    while i < len(ids):
+        if _REPLACEMENT not in texts[i]:
+            i += 1
+            continue
+        for j in range(i + 2, min(len(ids), i + _MAX_CHARACTER_TOKENS) + 1):
+            joined = tokenizer.decode(ids[i:j], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            if _REPLACEMENT not in joined:
+                texts[i:j] = [joined] + [""] * (j - i - 1)
+                i = j
+                break
+        else:
+            i += 1
+    return texts
+
+
+def build_view(row: TrajectoryRow, tokenizer: Any) -> TrajectoryView:
+    """``row`` cut into blocks per segment, every token decoded, tool calls and results attached."""
+    segments = []
+    for number, segment in enumerate(row.segments, start=1):
+        notes = _turn_notes(row.messages) if number == len(row.segments) else []
+        blocks = _blocks(segment, token_texts(tokenizer, segment.token_ids), notes)
+        segments.append(SegmentView(number, blocks, segment.info))
+    return TrajectoryView(row, segments)
+
+
+def _blocks(segment: SavedSegment, texts: list[str], notes: list[tuple[list[str], list[str]]]) -> list[Block]:
+    blocks = []
+    turn = 0
+    for span in segment.spans:
+        cells = [
+            TokenCell(i, segment.token_ids[i], texts[i], segment.loss_mask[i] == 1, segment.logprobs[i])
+            for i in range(span.start, span.end)
+        ]
+        if span.kind == "generated":
+            turn += 1
+            calls = notes[turn - 1][0] if turn <= len(notes) else []
+            blocks.append(
+                Block("generated", f"turn {turn}", span.start, span.end, cells, span.finish_reason, calls)
+            )
+        elif span.kind == "observation":
+            results = notes[turn - 1][1] if 0 < turn <= len(notes) else []
+            title = "tool results" if results else "template tokens"
+            blocks.append(Block("observation", title, span.start, span.end, cells, notes=results))
+        else:
+            blocks.append(Block("prompt", "prompt", span.start, span.end, cells))
+    return blocks
+
+
+def _turn_notes(messages: Sequence[dict[str, Any]]) -> list[tuple[list[str], list[str]]]:
+    """Per assistant message: its tool calls, and the results of the tool messages that follow it."""
+    turns: list[tuple[list[str], list[str]]] = []
+    names: dict[str, str] = {}
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            calls = []
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                names[str(call.get("id"))] = str(function.get("name"))
+                arguments = function.get("arguments")
+                shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                calls.append(_cut(f"call {function.get('name')} {shown}"))
+            turns.append((calls, []))
+        elif role == "tool" and turns:
+            name = names.get(str(message.get("tool_call_id")), "tool")
+            turns[-1][1].append(_cut(f"{name} -> {message.get('content', '')}"))
+    return turns
+
+
+def _cut(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _NOTE_CHARS else flat[: _NOTE_CHARS - 3] + "..."
