@@ -102,7 +102,8 @@ class SandboxSettings:
     max_processes: int = 32
     """Most processes/threads one run may have alive: RLIMIT_NPROC of the run's own uid when the host runs
     as root. Without root the runs share the interpreter's uid, and so one count: ``max_processes`` times
-    ``concurrency`` for all runs together (a run may use what the others leave)."""
+    ``concurrency`` for all runs together (a run may use what the others leave; under ``limits``, with
+    no user namespace, the user's other processes count too)."""
     tmp_size_mb: int = 1024
     """Size of each private, RAM-backed tmpfs (``/tmp``, holding every run's directory, and ``/dev/shm``)
     under bwrap and unshare: bounds what hostile code can write in total, where ``file_size_mb`` bounds

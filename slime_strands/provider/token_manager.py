@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Segment", "SegmentKind", "Span", "SpanKind", "TokenManager", "TurnInfo", "count_turns"]
+__all__ = ["Segment", "Span", "SpanKind", "TokenManager", "TurnInfo", "count_turns"]
 
 SpanKind = Literal["prompt", "generated", "observation"]
 
@@ -64,7 +64,6 @@ class Span:
 
 Segment = Span
 """The older name of :class:`Span` (``slime_strands.Segment``)."""
-SegmentKind = SpanKind
 
 
 class TokenManager:

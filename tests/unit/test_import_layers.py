@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("slime_strands.cli",),  # the slime-strands command
     ("slime_strands.testing",),  # for tests and users: nothing in the package imports it
-    ("slime_strands", "slime_strands.subagents", "slime_strands.__main__"),  # the facade, public re-exports
+    ("slime_strands", "slime_strands.subagents"),  # the facade, public re-exports
 )
 
 

@@ -8,9 +8,9 @@ by the reward slime's eval config uses (:func:`slime_strands.reward.accuracy`, f
 
 Before the first episode, whatever would fail every episode alike is refused (data rows, settings, sampling
 values, tools, template, the server, prompts longer than the window, an ``--out`` file of other data or of
-another configuration: ``eval_resume``, ``eval_digest``, ``eval_prompt_fit``). Everything then runs on one
+another configuration: ``cli/eval/resume.py``, ``digest.py``, ``prompt_fit.py``). Everything then runs on one
 event loop: ``concurrency`` workers pull (prompt, sample) pairs, tokenizer and template work stays in the
-episode's thread pool, rows are serialised and appended by one writer thread, and ``eval_server_watch`` ends
+episode's thread pool, rows are serialised and appended by one writer thread, and ``server_watch.py`` ends
 the run within seconds when the server stops answering. Resuming: the rows already in ``--out`` (keyed
 ``<prompt index>:<sample>``) whose episode did not FAIL are kept and skipped; FAILED and ABORTED ones run
 again (the later line of a key wins).
@@ -85,7 +85,7 @@ class EvalReport:
     failed: int
     """FAILED trajectories among all of the plan."""
     failure_errors: list[str | None] = dataclasses.field(default_factory=list)
-    """The ``error`` of each FAILED trajectory (``eval_failures`` groups them by cause)."""
+    """The ``error`` of each FAILED trajectory (``cli/eval/failures.py`` groups them by cause)."""
 
     @property
     def exit_code(self) -> int:
