@@ -49,7 +49,7 @@ from ._slime.adapter import (
     score_sample,
     slime_generate_state,
 )
-from ._slime.partial_rollout import EpisodeSamples, save_checkpoint, take_checkpoint
+from ._slime.partial_rollout import EpisodeSamples, original_sample, save_checkpoint, take_checkpoint
 from ._slime.sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
 from .agent.episode import run_episode
 from .agent.record import EpisodeRecord, RewardRule, Termination
@@ -66,8 +66,10 @@ async def generate(
     args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool = False
 ) -> Any:
     """Run one agent episode for ``sample`` and fill its fields; returns ``sample``, or its segments'
-    samples when the settings fan out in training (see the module docstring)."""
+    samples when the settings fan out in training (see the module docstring). ``sample`` may be such a list
+    (slime hands back a group its abort collected whole): the episode runs again for its original Sample."""
     started = time.perf_counter()
+    sample = original_sample(sample)  # a fanned-out episode slime's abort put back whole
     checkpoint = take_checkpoint(sample)  # a recycled sample continues its episode where it stopped
     attempts = reset_for_generation(sample)
     runtime = runtime_for(args)

@@ -29,7 +29,14 @@ from typing import Any
 from ..agent.record import EpisodeRecord, Termination
 from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
 
-__all__ = ["CHECKPOINT_KEY", "EpisodeSamples", "offpolicy_masking", "save_checkpoint", "take_checkpoint"]
+__all__ = [
+    "CHECKPOINT_KEY",
+    "EpisodeSamples",
+    "offpolicy_masking",
+    "original_sample",
+    "save_checkpoint",
+    "take_checkpoint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +50,16 @@ def offpolicy_masking(args: Any) -> bool:
     return bool(
         getattr(args, "partial_rollout", False) and getattr(args, "mask_offpolicy_in_partial_rollout", False)
     )
+
+
+def original_sample(sample: Any) -> Any:
+    """The Sample slime gave ``generate`` for this episode. slime's ``abort()`` puts a whole group back in its
+    buffer, a fanned-out episode that had ended (FAILED included) as its :class:`EpisodeSamples`; re-entry then
+    hands that list to ``generate``: its last member is the original Sample (the others are copies of it), and
+    the episode goes on from it as a recycled Sample of that status would."""
+    while isinstance(sample, list) and sample:
+        sample = sample[-1]
+    return sample
 
 
 def take_checkpoint(sample: Any) -> EpisodeCheckpoint | None:
