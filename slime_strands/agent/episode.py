@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from strands import Agent
@@ -109,9 +108,10 @@ async def run_episode(
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
     try:
         episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
-        if resume is not None:
-            fresh = partial(_build, tokenizer, client, settings, spec, tools, signal, hooks)
-            episode = _resumed(episode, resume, fresh, going_on=not stopped)
+        if resume is not None and not _resumed(episode, resume, going_on=not stopped):
+            if stopped:  # nothing to keep: the next step starts it from its prompt
+                return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
+            episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only
@@ -127,11 +127,10 @@ def _signal(should_stop: Callable[[], bool]) -> AbortSignal:
     return should_stop if isinstance(should_stop, AbortSignal) else AbortSignal(should_stop)
 
 
-def _resumed(
-    episode: _Episode, checkpoint: EpisodeCheckpoint, fresh: Callable[[], _Episode], *, going_on: bool
-) -> _Episode:
-    """``episode`` continuing from ``checkpoint``; a new episode from the prompt when it does not restore.
-    ``going_on``: false when slime aborted before it went on (it is no continuation: its counts stay)."""
+def _resumed(episode: _Episode, checkpoint: EpisodeCheckpoint, *, going_on: bool) -> bool:
+    """Whether ``episode`` (freshly built) now continues from ``checkpoint``; false (with a warning) when the
+    checkpoint does not restore: the episode must be built again from the prompt. ``going_on``: false when
+    slime aborted before it went on (it is no continuation: its counts stay)."""
     try:
         restore(
             checkpoint,
@@ -144,11 +143,11 @@ def _resumed(
         )
     except (MalformedCheckpointError, ValueError) as exc:
         logger.warning("slime-strands: the episode's checkpoint does not restore (%s): it starts again", exc)
-        return fresh()
+        return False
     episode.prompt = None  # the conversation is there: the agent goes on from its last message
     episode.continuations = checkpoint.continuations + going_on
     episode.turns_saved = checkpoint.turns_saved + (checkpoint.turns if going_on else 0)
-    return episode
+    return True
 
 
 # -- build -------------------------------------------------------------------------------------------

@@ -236,6 +236,10 @@ class EpisodeCheckpoint:
                 f"checkpoint version {version}, this code reads {CHECKPOINT_VERSION}"
             )
         messages = d.items("messages")
+        if not messages:  # an episode is aborted after its prompt is in the conversation: never before
+            raise MalformedCheckpointError(
+                "checkpoint: no messages (an episode goes on from its conversation)"
+            )
         for i, message in enumerate(messages):
             _check_message(message, f"messages[{i}]")
         tools = d.sub("tools")

@@ -547,3 +547,49 @@ async def test_a_cut_turn_asks_for_the_rest_of_the_budget_it_was_sent_with(serve
     assert request.body["input_ids"] == tm.token_ids[: len(request.body["input_ids"])]
     assert model.stats.last_cut is TurnCut.CONTEXT_FULL, "cut where the turn's own bound cut it"
     assert len(model.token_manager.spans[-1]) == 6 and model.stats.turns == 1
+
+
+# -- checkpoints that cannot be continued: the sample starts again from its prompt ---------------------------
+
+
+async def cut_sample(server, tokenizer, state, args):
+    """An episode slime aborted mid-generation of its second turn (ABORTED, its checkpoint on it), and the
+    policy that answers its session (the restarted episode asks turn 2 again from its start, then turn 3)."""
+    policy = ContinuingPolicy(server, tokenizer)
+    sample = new_sample()
+    policy.script(sample.session_id, SLOW, SLOW, ANSWER)
+    policy.hold(sample.session_id, 2, "running")
+    out = await aborted_run(server, args, sample, state, until=lambda: policy.parked(sample.session_id))
+    assert out.status == S.ABORTED and CHECKPOINT_KEY in out.metadata
+    return through_the_buffer(out)
+
+
+async def restarts_from_the_prompt(server, args, sample, caplog):
+    """``sample`` (its checkpoint cannot be continued) runs again from its prompt, with a warning."""
+    asked = len(session_requests(server, sample))
+    out = await rollout.generate(args, sample, dict(TOP_P_PARAMS))
+    rec = record(out)
+    assert out.status == S.COMPLETED and CHECKPOINT_KEY not in out.metadata, rec.error
+    assert rec.continuations == 0 and "starts again" in caplog.text
+    first = session_requests(server, out)[asked].body["input_ids"]
+    assert first == out.tokens[: len(out.tokens) - out.response_length], "the prompt alone"
+    assert_sample_matches_server(
+        out, server, routing_key=out.session_id, requests=session_requests(server, out)[asked:]
+    )
+
+
+async def test_a_checkpoint_that_does_not_restore_while_slime_aborts_again_leaves_none(
+    server, tokenizer, monkeypatch, caplog
+):
+    """The checkpoint does not restore and slime's flag is already up: the sample stays ABORTED with no
+    checkpoint (not one of a conversation that never began), and the next step starts it from its prompt."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    args = args_for(server)
+    sample = await cut_sample(server, tokenizer, state, args)
+    sample.metadata[CHECKPOINT_KEY]["compaction_pending"] = True  # reads back; the episode compacts nothing
+
+    state.aborted = True
+    again = await rollout.generate(args, sample, dict(TOP_P_PARAMS))
+    state.aborted = False
+    assert again.status == S.ABORTED and CHECKPOINT_KEY not in again.metadata
+    await restarts_from_the_prompt(server, args, again, caplog)

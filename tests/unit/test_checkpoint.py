@@ -110,6 +110,7 @@ def test_a_turn_cut_and_continued_counts_once():
         (lambda d: d.update(version=0), "checkpoint version 0"),
         (lambda d: d.update(extra=1), "unknown key(s) ['extra']"),
         (lambda d: d.pop("messages"), "'messages' missing"),
+        (lambda d: d.update(messages=[]), "no messages"),
         (lambda d: d["messages"].append({"role": "system", "content": []}), "role user or assistant"),
         (lambda d: d["messages"][0]["content"].append({"image": {"bytes": b"\x89PNG"}}), "bytes is not plain data"),
         (lambda d: d["trajectory"].update(token_ids="not base64!"), "not base64"),
