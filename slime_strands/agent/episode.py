@@ -141,6 +141,8 @@ def _resumed(episode: _Episode, checkpoint: EpisodeCheckpoint, *, going_on: bool
             segments=episode.segments,
             compactor=episode.compactor,
         )
+    except ConfigurationError:
+        raise
     except (MalformedCheckpointError, ValueError) as exc:
         logger.warning("slime-strands: the episode's checkpoint does not restore (%s): it starts again", exc)
         return False

@@ -261,6 +261,7 @@ class EpisodeCheckpoint:
             continuations=d.integer("continuations"),
             turns_saved=d.integer("turns_saved"),
         )
+        tools.done()
         d.done()
         return checkpoint
 

@@ -10,6 +10,7 @@ test_partial_rollout_slime.py.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import pickle
 import types
@@ -593,3 +594,36 @@ async def test_a_checkpoint_that_does_not_restore_while_slime_aborts_again_leave
     state.aborted = False
     assert again.status == S.ABORTED and CHECKPOINT_KEY not in again.metadata
     await restarts_from_the_prompt(server, args, again, caplog)
+
+
+def closed_segment(data, **labels):
+    """A closed segment of the checkpoint's own trajectory, labelled as a compaction closes one but for
+    ``labels``."""
+    segment = {"kind": "main", "opened_by": "prompt", "closed_by": "compaction", "status": "COMPLETED"}
+    return {**segment, "name": "", "trajectory": copy.deepcopy(data["trajectory"]), **labels}
+
+
+CONTRADICTIONS = {
+    "opened_by": lambda d: d.update(opened_by="nonsense"),
+    "pending_messages": lambda d: d["model"]["pending"].update(
+        messages=d["model"]["pending"]["messages"] + 1
+    ),
+    "no_pending_turn": lambda d: d["model"].update(pending=None),  # the trajectory ends on its prompt
+    "segment_kind": lambda d: d["closed"].append(closed_segment(d, kind="tool")),
+    "segment_closed_by": lambda d: d["closed"].append(closed_segment(d, closed_by="boredom")),
+    "segment_status": lambda d: d["closed"].append(closed_segment(d, status="DONE")),
+}
+
+
+@pytest.mark.parametrize("contradiction", CONTRADICTIONS)
+async def test_a_checkpoint_that_contradicts_itself_starts_the_episode_again(
+    server, tokenizer, monkeypatch, caplog, contradiction
+):
+    """A checkpoint that reads back but is no state an aborted episode leaves is refused when restored (the
+    checks its capture makes), and the sample starts again from its prompt instead of ending FAILED."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    args = args_for(server)
+    sample = await cut_sample(server, tokenizer, state, args)
+    CONTRADICTIONS[contradiction](sample.metadata[CHECKPOINT_KEY])
+    EpisodeCheckpoint.from_data(sample.metadata[CHECKPOINT_KEY])  # it reads back
+    await restarts_from_the_prompt(server, args, sample, caplog)

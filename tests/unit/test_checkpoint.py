@@ -120,6 +120,7 @@ def test_a_turn_cut_and_continued_counts_once():
         (lambda d: d["model"]["counters"].update(turns=True), "expected an integer"),
         (lambda d: d["model"]["call_errors"].update(t3=["bad_json"]), "(kind, message, raw, name) expected"),
         (lambda d: d["tools"].update(tool_iters=-1), "negative"),
+        (lambda d: d["tools"].update(tool_secs=1.0), "checkpoint.tools: unknown key(s) ['tool_secs']"),
     ],
 )  # fmt: skip
 def test_anything_else_is_refused_with_the_reason(change, message):
