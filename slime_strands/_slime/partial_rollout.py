@@ -32,6 +32,7 @@ from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
 __all__ = [
     "CHECKPOINT_KEY",
     "EpisodeSamples",
+    "continues_aborted",
     "offpolicy_masking",
     "original_sample",
     "save_checkpoint",
@@ -50,6 +51,13 @@ def offpolicy_masking(args: Any) -> bool:
     return bool(
         getattr(args, "partial_rollout", False) and getattr(args, "mask_offpolicy_in_partial_rollout", False)
     )
+
+
+def continues_aborted(args: Any, resume_aborted: bool, evaluation: bool) -> bool:
+    """Whether an episode slime aborts will be continued, so that it keeps a checkpoint: slime recycles aborted
+    samples (``--partial-rollout``), the settings continue them (``resume_aborted``), and it is training (an
+    evaluation sample is never continued). Decided once per sample: otherwise nothing is captured."""
+    return bool(getattr(args, "partial_rollout", False)) and resume_aborted and not evaluation
 
 
 def original_sample(sample: Any) -> Any:
@@ -84,10 +92,11 @@ def take_checkpoint(sample: Any) -> EpisodeCheckpoint | None:
 
 
 def save_checkpoint(sample: Any, record: EpisodeRecord) -> None:
-    """Leave the checkpoint of a training episode slime aborted on its (ABORTED) sample."""
+    """Leave the checkpoint of an episode slime aborted on its (ABORTED) sample (a record has one only when
+    :func:`continues_aborted` held)."""
     status = getattr(getattr(sample, "status", None), "name", None)
     aborted = record.termination is Termination.ABORTED and status == "ABORTED"
-    if aborted and record.checkpoint is not None and not record.evaluation:
+    if aborted and record.checkpoint is not None:
         sample.metadata[CHECKPOINT_KEY] = record.checkpoint.to_data()
 
 

@@ -89,14 +89,16 @@ async def run_episode(
     should_stop: Callable[[], bool] | None = None,
     hooks: Sequence[HookProvider] = (),
     resume: EpisodeCheckpoint | None = None,
+    keep_checkpoint: bool = True,
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
     ``should_stop()`` (slime's abort flag; an :class:`~slime_strands.agent.resume.AbortSignal` shares one poller
     between episodes) is checked between turns and before tools, and stops running tool calls; when it holds,
     an ``abort`` answer from the server ends the episode ABORTED instead of being retried, and the record's
-    ``checkpoint`` says how to continue it. ``resume`` continues such an episode (one that cannot be restored
-    starts again from the prompt, with a warning). ``hooks`` are added to the agent after slime-strands' own
+    ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none is captured, for an episode nobody
+    will continue). ``resume`` continues such an episode (one that cannot be restored starts again from the
+    prompt, with a warning). ``hooks`` are added to the agent after slime-strands' own
     (observers: metrics, benchmarks)."""
     started = time.perf_counter()
     raise_gc_threshold(settings)
@@ -119,7 +121,7 @@ async def run_episode(
     else:
         # aborted before it went on: an episode to continue is written (and saved) as its checkpoint left it
         termination, error = (Termination.ABORTED, None) if stopped else await _run(episode, settings)
-        record = await _summarize(episode, spec, termination, error)
+        record = await _summarize(episode, spec, termination, error, keep_checkpoint=keep_checkpoint)
     return dataclasses.replace(record, wall_time_s=time.perf_counter() - started)
 
 
@@ -371,7 +373,12 @@ def _classify(exc: BaseException) -> tuple[Termination, str | None]:
 
 
 async def _summarize(
-    episode: _Episode, spec: EpisodeSpec, termination: Termination, error: str | None
+    episode: _Episode,
+    spec: EpisodeSpec,
+    termination: Termination,
+    error: str | None,
+    *,
+    keep_checkpoint: bool,
 ) -> EpisodeRecord:
     model = episode.model
     segments = await _decoded(episode.segments.finish(model.token_manager, termination), model)
@@ -409,7 +416,7 @@ async def _summarize(
         messages=messages,
         continuations=episode.continuations,
         turns_saved=episode.turns_saved,
-        checkpoint=_checkpoint(episode, termination),
+        checkpoint=_checkpoint(episode, termination) if keep_checkpoint else None,
     )
 
 

@@ -627,3 +627,29 @@ async def test_a_checkpoint_that_contradicts_itself_starts_the_episode_again(
     CONTRADICTIONS[contradiction](sample.metadata[CHECKPOINT_KEY])
     EpisodeCheckpoint.from_data(sample.metadata[CHECKPOINT_KEY])  # it reads back
     await restarts_from_the_prompt(server, args, sample, caplog)
+
+
+@pytest.mark.parametrize("setting", ["resume_aborted_false", "no_partial_rollout", "evaluation"])
+async def test_an_aborted_sample_that_will_not_be_continued_carries_no_checkpoint(
+    server, tokenizer, monkeypatch, setting
+):
+    """Only an episode that can be continued (slime's --partial-rollout, ``resume_aborted``, training) keeps a
+    checkpoint: otherwise its sample starts from its prompt anyway, and a checkpoint (kilobytes, megabytes
+    with routed experts) would only ride in slime's buffer."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    strands = {"resume_aborted": False} if setting == "resume_aborted_false" else {}
+    args = partial_args(server, mask=False, tools=("partial_tools.slow_add",), strands=strands)
+    args.partial_rollout = setting != "no_partial_rollout"
+    policy = ContinuingPolicy(server, tokenizer)
+    sample = new_sample()
+    policy.script(sample.session_id, SLOW, SLOW, ANSWER)
+    policy.hold(sample.session_id, 2, "running")
+    task = asyncio.create_task(
+        rollout.generate(args, sample, dict(TOP_P_PARAMS), evaluation=setting == "evaluation")
+    )
+    await wait_until(lambda: policy.parked(sample.session_id) or task.done())
+    state.aborted = True
+    await SGLangClient(server.base_url).abort()
+    out = await task
+    assert out.status == S.ABORTED and record(out).turns == 2
+    assert CHECKPOINT_KEY not in out.metadata
