@@ -52,6 +52,7 @@ from ._slime.adapter import (
 from ._slime.partial_rollout import (
     EpisodeSamples,
     continues_aborted,
+    kept_on_cancel,
     original_sample,
     save_checkpoint,
     take_checkpoint,
@@ -74,8 +75,13 @@ async def generate(
     """Run one agent episode for ``sample`` and fill its fields; returns ``sample``, or its segments'
     samples when the settings fan out in training (see the module docstring). ``sample`` may be such a list
     (slime hands back a group its abort collected whole): the episode runs again for its original Sample."""
-    started = time.perf_counter()
     sample = original_sample(sample)  # a fanned-out episode slime's abort put back whole
+    with kept_on_cancel(sample):
+        return await _generate(args, sample, sampling_params, evaluation)
+
+
+async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:
+    started = time.perf_counter()
     checkpoint = take_checkpoint(sample)  # a recycled sample continues its episode where it stopped
     attempts = reset_for_generation(sample)
     runtime = runtime_for(args)

@@ -23,7 +23,10 @@ last sample does; an aborted one is its one Sample.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..agent.record import EpisodeRecord, Termination
@@ -33,6 +36,7 @@ __all__ = [
     "CHECKPOINT_KEY",
     "EpisodeSamples",
     "continues_aborted",
+    "kept_on_cancel",
     "offpolicy_masking",
     "original_sample",
     "save_checkpoint",
@@ -89,6 +93,23 @@ def take_checkpoint(sample: Any) -> EpisodeCheckpoint | None:
             exc,
         )
         return None
+
+
+@contextmanager
+def kept_on_cancel(sample: Any) -> Iterator[None]:
+    """Around ``generate``: a sample handed in ABORTED with a checkpoint that is cancelled before its new
+    record is written is left ABORTED with that checkpoint (``generate`` takes it off and resets the sample
+    first), so that a later step still continues its episode."""
+    metadata = getattr(sample, "metadata", None)
+    status = getattr(sample, "status", None)
+    data = metadata.get(CHECKPOINT_KEY) if isinstance(metadata, dict) else None
+    try:
+        yield
+    except asyncio.CancelledError:
+        if data is not None and getattr(status, "name", None) == "ABORTED":
+            sample.status = status
+            sample.metadata[CHECKPOINT_KEY] = data
+        raise
 
 
 def save_checkpoint(sample: Any, record: EpisodeRecord) -> None:

@@ -653,3 +653,27 @@ async def test_an_aborted_sample_that_will_not_be_continued_carries_no_checkpoin
     out = await task
     assert out.status == S.ABORTED and record(out).turns == 2
     assert CHECKPOINT_KEY not in out.metadata
+
+
+async def test_a_continuation_cancelled_keeps_the_checkpoint(server, tokenizer, monkeypatch):
+    """A continuation cancelled before it ends (the caller's cancellation propagates) leaves the sample as it
+    was handed in: ABORTED, with its checkpoint, so a later step still continues it."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    args = args_for(server)
+    sample = await cut_sample(server, tokenizer, state, args)
+    saved, cut_at = copy.deepcopy(sample.metadata[CHECKPOINT_KEY]), list(sample.tokens)
+    policy = server.responder
+    policy.hold(sample.session_id, 3, "running")
+    policy.scripts[sample.session_id].append(ANSWER)  # the policy's answer after the cancelled request
+    task = asyncio.create_task(rollout.generate(args, sample, dict(TOP_P_PARAMS)))
+    await wait_until(lambda: policy.parked(sample.session_id))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await SGLangClient(server.base_url).abort()  # the held request
+    assert sample.status == S.ABORTED and sample.metadata[CHECKPOINT_KEY] == saved
+
+    asked = len(session_requests(server, sample))
+    out = await rollout.generate(args, sample, dict(TOP_P_PARAMS))
+    assert out.status == S.COMPLETED and record(out).continuations == 1
+    assert session_requests(server, out)[asked].body["input_ids"] == cut_at, "continued from the checkpoint"
