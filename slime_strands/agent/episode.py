@@ -29,6 +29,7 @@ from strands.middleware import ExecuteToolStage
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
 
 from ..errors import ConfigurationError
+from ..provider.abort_signal import AbortSignal
 from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
 from ..provider.client import SGLangClient, SGLangError
 from ..provider.model import (
@@ -45,7 +46,7 @@ from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
 from .pacing import InvocationPacer
 from .record import EpisodeRecord, SegmentRecord, Termination
-from .resume import AbortGuard, AbortSignal, capture, restore
+from .resume import AbortGuard, capture, restore
 from .runtime import import_tools, raise_gc_threshold
 from .segment_collector import COLLECTOR_KEY, SegmentCollector
 from .tracing import use_recording_only_tracer
@@ -93,7 +94,7 @@ async def run_episode(
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
-    ``should_stop()`` (slime's abort flag; an :class:`~slime_strands.agent.resume.AbortSignal` shares one poller
+    ``should_stop()`` (slime's abort flag; an :class:`~slime_strands.provider.abort_signal.AbortSignal` shares one poller
     between episodes) is checked between turns and before tools, and stops running tool calls; when it holds,
     an ``abort`` answer from the server ends the episode ABORTED instead of being retried, and the record's
     ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none is captured, for an episode nobody

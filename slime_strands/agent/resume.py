@@ -59,12 +59,12 @@ if TYPE_CHECKING:
     from .compaction import ContextCompactor
     from .segment_collector import SegmentCollector
 
-__all__ = ["ABORT_REASON", "KILLED_TOOL_TEXT", "AbortGuard", "AbortSignal", "capture", "restore"]
+__all__ = ["AbortGuard", "capture", "restore"]
 
 logger = logging.getLogger(__name__)
 
-ABORT_REASON = "slime aborted the rollout"
-KILLED_TOOL_TEXT = (
+_ABORT_REASON = "slime aborted the rollout"
+_KILLED_TOOL_TEXT = (
     "Error: the rollout was aborted while this call ran; it runs again when the episode continues."
 )
 _END = object()
@@ -84,7 +84,7 @@ class AbortGuard(StopWhen):
     :meth:`kill_on_abort` as the agent's ``ExecuteToolStage`` middleware."""
 
     def __init__(self, signal: AbortSignal, limiter: ToolLimiter, tool_time: _ToolTime) -> None:
-        super().__init__(signal, ABORT_REASON)
+        super().__init__(signal, _ABORT_REASON)
         self.signal = signal
         self._limiter = limiter
         self._tool_time = tool_time
@@ -165,7 +165,7 @@ class AbortGuard(StopWhen):
             self._killed = True
             tool_use_id = str(context.tool_use.get("toolUseId"))
             yield ToolResultEvent(
-                {"toolUseId": tool_use_id, "status": "error", "content": [{"text": KILLED_TOOL_TEXT}]}
+                {"toolUseId": tool_use_id, "status": "error", "content": [{"text": _KILLED_TOOL_TEXT}]}
             )
         finally:
             aborted.cancel()

@@ -107,9 +107,6 @@ class TrajectoryCheckpoint:
             raise MalformedCheckpointError("the logprobs or turns do not match the generated spans")
         return tm
 
-    def __len__(self) -> int:
-        return sum(self.lengths)
-
     @property
     def turn_count(self) -> int:
         return count_turns(self.kinds)

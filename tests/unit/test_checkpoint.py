@@ -20,7 +20,7 @@ from slime_strands._slime.partial_rollout import (
     take_checkpoint,
 )
 from slime_strands.agent.record import EpisodeRecord, Termination
-from slime_strands.agent.resume import AbortSignal
+from slime_strands.provider.abort_signal import AbortSignal
 from slime_strands.provider.checkpoint import (
     EpisodeCheckpoint,
     MalformedCheckpointError,
