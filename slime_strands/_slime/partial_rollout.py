@@ -7,8 +7,9 @@ With ``--partial-rollout`` slime aborts the episodes still running once a step h
 their groups back in its buffer; the next step hands them to ``generate`` again (status ABORTED). An episode
 the abort stopped leaves an :class:`~slime_strands.provider.checkpoint.EpisodeCheckpoint` in
 ``sample.metadata["strands_checkpoint"]`` (plain data: it survives the buffer and a Ray hop) and continues
-from it, token for token, instead of starting again from the prompt (``resume_aborted: false`` restarts it).
-The checkpoint is removed from the sample when the episode ends.
+from it, token for token, instead of starting again from the prompt (``resume_aborted: false`` restarts it,
+and then, as in evaluation, no checkpoint is captured at all: :func:`continues_aborted`). The checkpoint is
+removed from the sample once its next record is written (a cancelled continuation keeps it).
 
 With ``--mask-offpolicy-in-partial-rollout``, as slime does for its own samples, every token an older policy
 wrote before the last continuation gets loss mask 0 (their logprobs and top-p spans stay as sampled); without
@@ -18,7 +19,8 @@ change at the seam is visible.
 slime's ``abort()`` reads ``.response`` and ``.metadata`` of every member of an aborted group, and re-entry
 reads ``.status``, ``.response_length``, ``.reward`` and ``.session_id`` and sets ``.loss_mask``: a finished
 fanned-out episode in such a group is :class:`EpisodeSamples`, a ``list[Sample]`` that answers those as its
-last sample does; an aborted one is its one Sample.
+last sample does; an aborted one is its one Sample. One that ended FAILED comes back to ``generate`` as that
+list (:func:`original_sample`).
 """
 
 from __future__ import annotations
