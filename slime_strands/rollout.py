@@ -49,7 +49,14 @@ from ._slime.adapter import (
     score_sample,
     slime_generate_state,
 )
-from ._slime.partial_rollout import EpisodeSamples, save_checkpoint, take_checkpoint
+from ._slime.partial_rollout import (
+    EpisodeSamples,
+    continues_aborted,
+    kept_on_cancel,
+    original_sample,
+    save_checkpoint,
+    take_checkpoint,
+)
 from ._slime.sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
 from .agent.episode import run_episode
 from .agent.record import EpisodeRecord, RewardRule, Termination
@@ -66,17 +73,27 @@ async def generate(
     args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool = False
 ) -> Any:
     """Run one agent episode for ``sample`` and fill its fields; returns ``sample``, or its segments'
-    samples when the settings fan out in training (see the module docstring)."""
+    samples when the settings fan out in training (see the module docstring). ``sample`` may be such a list
+    (slime hands back a group its abort collected whole): the episode runs again for its original Sample."""
+    sample = original_sample(sample)  # a fanned-out episode slime's abort put back whole
+    with kept_on_cancel(sample):
+        return await _generate(args, sample, sampling_params, evaluation)
+
+
+async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], evaluation: bool) -> Any:
     started = time.perf_counter()
     checkpoint = take_checkpoint(sample)  # a recycled sample continues its episode where it stopped
     attempts = reset_for_generation(sample)
     runtime = runtime_for(args)
-    if evaluation or not runtime.settings.resume_aborted:
+    resumes = continues_aborted(args, runtime.settings.resume_aborted, evaluation)
+    if not resumes:
         checkpoint = None
     fan_out = runtime.settings.fans_out and not evaluation
     if fan_out:
         check_fanout_flags(args)
-    record, contract, tokenizer = await _run(args, runtime, sample, sampling_params, evaluation, checkpoint)
+    record, contract, tokenizer = await _run(
+        args, runtime, sample, sampling_params, evaluation, checkpoint, keep_checkpoint=resumes
+    )
     carried = record.carried_generated_tokens() if contract.mask_offpolicy else record.offpolicy_masked_tokens
     record = dataclasses.replace(
         record,
@@ -101,6 +118,8 @@ async def _run(
     sampling_params: Mapping[str, Any],
     evaluation: bool,
     checkpoint: EpisodeCheckpoint | None,
+    *,
+    keep_checkpoint: bool,
 ) -> tuple[EpisodeRecord, SampleContract, Any]:
     """The episode's record, the trainer's contract and the tokenizer (None when it could not be had); a
     FAILED record for anything but a configuration error or cancellation."""
@@ -119,6 +138,7 @@ async def _run(
             tools=runtime.tools(),
             should_stop=None if state is None else runtime.abort_signal(state),
             resume=checkpoint,
+            keep_checkpoint=keep_checkpoint,
         )
     except (ConfigurationError, asyncio.CancelledError):
         raise

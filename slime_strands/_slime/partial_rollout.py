@@ -7,8 +7,9 @@ With ``--partial-rollout`` slime aborts the episodes still running once a step h
 their groups back in its buffer; the next step hands them to ``generate`` again (status ABORTED). An episode
 the abort stopped leaves an :class:`~slime_strands.provider.checkpoint.EpisodeCheckpoint` in
 ``sample.metadata["strands_checkpoint"]`` (plain data: it survives the buffer and a Ray hop) and continues
-from it, token for token, instead of starting again from the prompt (``resume_aborted: false`` restarts it).
-The checkpoint is removed from the sample when the episode ends.
+from it, token for token, instead of starting again from the prompt (``resume_aborted: false`` restarts it,
+and then, as in evaluation, no checkpoint is captured at all: :func:`continues_aborted`). The checkpoint is
+removed from the sample once its next record is written (a cancelled continuation keeps it).
 
 With ``--mask-offpolicy-in-partial-rollout``, as slime does for its own samples, every token an older policy
 wrote before the last continuation gets loss mask 0 (their logprobs and top-p spans stay as sampled); without
@@ -18,18 +19,31 @@ change at the seam is visible.
 slime's ``abort()`` reads ``.response`` and ``.metadata`` of every member of an aborted group, and re-entry
 reads ``.status``, ``.response_length``, ``.reward`` and ``.session_id`` and sets ``.loss_mask``: a finished
 fanned-out episode in such a group is :class:`EpisodeSamples`, a ``list[Sample]`` that answers those as its
-last sample does; an aborted one is its one Sample.
+last sample does; an aborted one is its one Sample. One that ended FAILED comes back to ``generate`` as that
+list (:func:`original_sample`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..agent.record import EpisodeRecord, Termination
 from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
 
-__all__ = ["CHECKPOINT_KEY", "EpisodeSamples", "offpolicy_masking", "save_checkpoint", "take_checkpoint"]
+__all__ = [
+    "CHECKPOINT_KEY",
+    "EpisodeSamples",
+    "continues_aborted",
+    "kept_on_cancel",
+    "offpolicy_masking",
+    "original_sample",
+    "save_checkpoint",
+    "take_checkpoint",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +57,23 @@ def offpolicy_masking(args: Any) -> bool:
     return bool(
         getattr(args, "partial_rollout", False) and getattr(args, "mask_offpolicy_in_partial_rollout", False)
     )
+
+
+def continues_aborted(args: Any, resume_aborted: bool, evaluation: bool) -> bool:
+    """Whether an episode slime aborts will be continued, so that it keeps a checkpoint: slime recycles aborted
+    samples (``--partial-rollout``), the settings continue them (``resume_aborted``), and it is training (an
+    evaluation sample is never continued). Decided once per sample: otherwise nothing is captured."""
+    return bool(getattr(args, "partial_rollout", False)) and resume_aborted and not evaluation
+
+
+def original_sample(sample: Any) -> Any:
+    """The Sample slime gave ``generate`` for this episode. slime's ``abort()`` puts a whole group back in its
+    buffer, a fanned-out episode that had ended (FAILED included) as its :class:`EpisodeSamples`; re-entry then
+    hands that list to ``generate``: its last member is the original Sample (the others are copies of it), and
+    the episode goes on from it as a recycled Sample of that status would."""
+    while isinstance(sample, list) and sample:
+        sample = sample[-1]
+    return sample
 
 
 def take_checkpoint(sample: Any) -> EpisodeCheckpoint | None:
@@ -66,11 +97,29 @@ def take_checkpoint(sample: Any) -> EpisodeCheckpoint | None:
         return None
 
 
+@contextmanager
+def kept_on_cancel(sample: Any) -> Iterator[None]:
+    """Around ``generate``: a sample handed in ABORTED with a checkpoint that is cancelled before its new
+    record is written is left ABORTED with that checkpoint (``generate`` takes it off and resets the sample
+    first), so that a later step still continues its episode."""
+    metadata = getattr(sample, "metadata", None)
+    status = getattr(sample, "status", None)
+    data = metadata.get(CHECKPOINT_KEY) if isinstance(metadata, dict) else None
+    try:
+        yield
+    except asyncio.CancelledError:
+        if data is not None and getattr(status, "name", None) == "ABORTED":
+            sample.status = status
+            sample.metadata[CHECKPOINT_KEY] = data
+        raise
+
+
 def save_checkpoint(sample: Any, record: EpisodeRecord) -> None:
-    """Leave the checkpoint of a training episode slime aborted on its (ABORTED) sample."""
+    """Leave the checkpoint of an episode slime aborted on its (ABORTED) sample (a record has one only when
+    :func:`continues_aborted` held)."""
     status = getattr(getattr(sample, "status", None), "name", None)
     aborted = record.termination is Termination.ABORTED and status == "ABORTED"
-    if aborted and record.checkpoint is not None and not record.evaluation:
+    if aborted and record.checkpoint is not None:
         sample.metadata[CHECKPOINT_KEY] = record.checkpoint.to_data()
 
 

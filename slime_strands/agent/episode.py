@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from strands import Agent
@@ -30,6 +29,7 @@ from strands.middleware import ExecuteToolStage
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
 
 from ..errors import ConfigurationError
+from ..provider.abort_signal import AbortSignal
 from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
 from ..provider.client import SGLangClient, SGLangError
 from ..provider.model import (
@@ -46,7 +46,7 @@ from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
 from .pacing import InvocationPacer
 from .record import EpisodeRecord, SegmentRecord, Termination
-from .resume import AbortGuard, AbortSignal, capture, restore
+from .resume import AbortGuard, capture, restore
 from .runtime import import_tools, raise_gc_threshold
 from .segment_collector import COLLECTOR_KEY, SegmentCollector
 from .tracing import use_recording_only_tracer
@@ -90,14 +90,16 @@ async def run_episode(
     should_stop: Callable[[], bool] | None = None,
     hooks: Sequence[HookProvider] = (),
     resume: EpisodeCheckpoint | None = None,
+    keep_checkpoint: bool = True,
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
-    ``should_stop()`` (slime's abort flag; an :class:`~slime_strands.agent.resume.AbortSignal` shares one poller
+    ``should_stop()`` (slime's abort flag; an :class:`~slime_strands.provider.abort_signal.AbortSignal` shares one poller
     between episodes) is checked between turns and before tools, and stops running tool calls; when it holds,
     an ``abort`` answer from the server ends the episode ABORTED instead of being retried, and the record's
-    ``checkpoint`` says how to continue it. ``resume`` continues such an episode (one that cannot be restored
-    starts again from the prompt, with a warning). ``hooks`` are added to the agent after slime-strands' own
+    ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none is captured, for an episode nobody
+    will continue). ``resume`` continues such an episode (one that cannot be restored starts again from the
+    prompt, with a warning). ``hooks`` are added to the agent after slime-strands' own
     (observers: metrics, benchmarks)."""
     started = time.perf_counter()
     raise_gc_threshold(settings)
@@ -109,9 +111,10 @@ async def run_episode(
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
     try:
         episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
-        if resume is not None:
-            fresh = partial(_build, tokenizer, client, settings, spec, tools, signal, hooks)
-            episode = _resumed(episode, resume, fresh, going_on=not stopped)
+        if resume is not None and not _resumed(episode, resume, going_on=not stopped):
+            if stopped:  # nothing to keep: the next step starts it from its prompt
+                return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
+            episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only
@@ -119,7 +122,7 @@ async def run_episode(
     else:
         # aborted before it went on: an episode to continue is written (and saved) as its checkpoint left it
         termination, error = (Termination.ABORTED, None) if stopped else await _run(episode, settings)
-        record = await _summarize(episode, spec, termination, error)
+        record = await _summarize(episode, spec, termination, error, keep_checkpoint=keep_checkpoint)
     return dataclasses.replace(record, wall_time_s=time.perf_counter() - started)
 
 
@@ -127,11 +130,10 @@ def _signal(should_stop: Callable[[], bool]) -> AbortSignal:
     return should_stop if isinstance(should_stop, AbortSignal) else AbortSignal(should_stop)
 
 
-def _resumed(
-    episode: _Episode, checkpoint: EpisodeCheckpoint, fresh: Callable[[], _Episode], *, going_on: bool
-) -> _Episode:
-    """``episode`` continuing from ``checkpoint``; a new episode from the prompt when it does not restore.
-    ``going_on``: false when slime aborted before it went on (it is no continuation: its counts stay)."""
+def _resumed(episode: _Episode, checkpoint: EpisodeCheckpoint, *, going_on: bool) -> bool:
+    """Whether ``episode`` (freshly built) now continues from ``checkpoint``; false (with a warning) when the
+    checkpoint does not restore: the episode must be built again from the prompt. ``going_on``: false when
+    slime aborted before it went on (it is no continuation: its counts stay)."""
     try:
         restore(
             checkpoint,
@@ -142,13 +144,15 @@ def _resumed(
             segments=episode.segments,
             compactor=episode.compactor,
         )
+    except ConfigurationError:
+        raise
     except (MalformedCheckpointError, ValueError) as exc:
         logger.warning("slime-strands: the episode's checkpoint does not restore (%s): it starts again", exc)
-        return fresh()
+        return False
     episode.prompt = None  # the conversation is there: the agent goes on from its last message
     episode.continuations = checkpoint.continuations + going_on
     episode.turns_saved = checkpoint.turns_saved + (checkpoint.turns if going_on else 0)
-    return episode
+    return True
 
 
 # -- build -------------------------------------------------------------------------------------------
@@ -370,7 +374,12 @@ def _classify(exc: BaseException) -> tuple[Termination, str | None]:
 
 
 async def _summarize(
-    episode: _Episode, spec: EpisodeSpec, termination: Termination, error: str | None
+    episode: _Episode,
+    spec: EpisodeSpec,
+    termination: Termination,
+    error: str | None,
+    *,
+    keep_checkpoint: bool,
 ) -> EpisodeRecord:
     model = episode.model
     segments = await _decoded(episode.segments.finish(model.token_manager, termination), model)
@@ -408,7 +417,7 @@ async def _summarize(
         messages=messages,
         continuations=episode.continuations,
         turns_saved=episode.turns_saved,
-        checkpoint=_checkpoint(episode, termination),
+        checkpoint=_checkpoint(episode, termination) if keep_checkpoint else None,
     )
 
 

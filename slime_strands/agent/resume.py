@@ -31,7 +31,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from strands.hooks import AfterToolsEvent, BeforeModelCallEvent, BeforeToolsEvent
@@ -41,12 +41,16 @@ from ..provider.abort_signal import AbortSignal
 from ..provider.checkpoint import (
     EpisodeCheckpoint,
     MalformedCheckpointError,
+    PendingTurn,
     ToolCounters,
     TrajectoryCheckpoint,
     check_plain,
 )
+from ..provider.token_manager import TokenManager
+from ..settings import COMPACTION_STRATEGIES
 from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
+from .record import TREATMENTS, MalformedRecordError, SegmentRecord
 
 if TYPE_CHECKING:
     from strands import Agent
@@ -55,12 +59,12 @@ if TYPE_CHECKING:
     from .compaction import ContextCompactor
     from .segment_collector import SegmentCollector
 
-__all__ = ["ABORT_REASON", "KILLED_TOOL_TEXT", "AbortGuard", "AbortSignal", "capture", "restore"]
+__all__ = ["AbortGuard", "capture", "restore"]
 
 logger = logging.getLogger(__name__)
 
-ABORT_REASON = "slime aborted the rollout"
-KILLED_TOOL_TEXT = (
+_ABORT_REASON = "slime aborted the rollout"
+_KILLED_TOOL_TEXT = (
     "Error: the rollout was aborted while this call ran; it runs again when the episode continues."
 )
 _END = object()
@@ -80,7 +84,7 @@ class AbortGuard(StopWhen):
     :meth:`kill_on_abort` as the agent's ``ExecuteToolStage`` middleware."""
 
     def __init__(self, signal: AbortSignal, limiter: ToolLimiter, tool_time: _ToolTime) -> None:
-        super().__init__(signal, ABORT_REASON)
+        super().__init__(signal, _ABORT_REASON)
         self.signal = signal
         self._limiter = limiter
         self._tool_time = tool_time
@@ -161,7 +165,7 @@ class AbortGuard(StopWhen):
             self._killed = True
             tool_use_id = str(context.tool_use.get("toolUseId"))
             yield ToolResultEvent(
-                {"toolUseId": tool_use_id, "status": "error", "content": [{"text": KILLED_TOOL_TEXT}]}
+                {"toolUseId": tool_use_id, "status": "error", "content": [{"text": _KILLED_TOOL_TEXT}]}
             )
         finally:
             aborted.cancel()
@@ -188,7 +192,7 @@ def capture(
     messages = list(agent.messages)[:cut]
     state = model.checkpoint_state()
     pending_compaction = None if compactor is None else compactor.compacting
-    problem = _inconsistency(model, state.pending, messages, pending_compaction)
+    problem = _inconsistency(model.token_manager, state.pending, messages, pending_compaction)
     if problem is None:
         try:
             for message in messages:
@@ -217,10 +221,13 @@ def capture(
 
 
 def _inconsistency(
-    model: SGLangModel, pending: Any, messages: list[Any], compacting: bool | None
+    trajectory: TokenManager, pending: PendingTurn | None, messages: Sequence[Any], compacting: bool | None
 ) -> str | None:
-    """Why the model's trajectory and the kept messages do not describe one continuable state, or None."""
-    last = model.token_manager.last_span
+    """Why the main trajectory, the model's pending turn and the kept messages do not describe one continuable
+    state, or None. :func:`capture` asks it of a live episode, :func:`restore` of a saved one."""
+    if not messages:
+        return "no messages: the episode had not begun"
+    last = trajectory.last_span
     if compacting is not None:
         # the summary request follows the messages it summarises: all, or those up to the last answer (the
         # turn after them overflowed, or the summary's room is before the newest results)
@@ -232,6 +239,35 @@ def _inconsistency(
             return f"the cut turn rendered {pending.messages} messages, {len(messages)} are kept"
     elif last is not None and last.kind != "generated":
         return "the trajectory ends on tokens no turn answered"
+    elif last is not None and (last.info is None or last.info.finish_reason != "stop"):
+        return "the trajectory ends on a turn that did not finish, and none is pending"
+    return None
+
+
+_STATUSES = frozenset(t.status for t in TREATMENTS.values())
+
+
+def _segment_problem(checkpoint: EpisodeCheckpoint) -> str | None:
+    """Why the checkpoint's segment labels are not ones an episode writes, or None (the records' own checks:
+    a bad label would otherwise fail the episode when it is summarised)."""
+    if checkpoint.opened_by not in ("prompt", *COMPACTION_STRATEGIES):
+        return f"the open segment was opened by {checkpoint.opened_by!r:.40}"
+    for segment in checkpoint.closed:
+        if segment.status not in _STATUSES:
+            return f"a closed segment has status {segment.status!r:.40}"
+        try:
+            SegmentRecord(
+                kind=segment.kind,
+                opened_by=segment.opened_by,
+                closed_by=segment.closed_by,
+                status=segment.status,
+                prompt_length=0,
+                response_length=0,
+                generated_tokens=0,
+                turns=0,
+            )
+        except MalformedRecordError as exc:
+            return f"a closed segment: {exc}"
     return None
 
 
@@ -245,14 +281,20 @@ def restore(
     segments: SegmentCollector,
     compactor: ContextCompactor | None,
 ) -> None:
-    """Put ``checkpoint`` back into freshly built parts of an episode (raises MalformedCheckpointError when
-    its trajectories do not rebuild)."""
+    """Put ``checkpoint`` back into freshly built parts of an episode; raises MalformedCheckpointError, before
+    changing anything, when it is not a state :func:`capture` leaves (its trajectories do not rebuild, its
+    parts contradict each other, or it does not fit the episode)."""
     trajectory = checkpoint.trajectory.rebuild()
     closed = [(segment, segment.trajectory.rebuild()) for segment in checkpoint.closed]
     if checkpoint.compaction_pending is not None and compactor is None:
         raise MalformedCheckpointError(
             "the checkpoint has a pending compaction but the episode compacts nothing"
         )
+    pending = checkpoint.model.pending
+    problem = _inconsistency(trajectory, pending, checkpoint.messages, checkpoint.compaction_pending)
+    problem = problem or _segment_problem(checkpoint)
+    if problem is not None:
+        raise MalformedCheckpointError(f"the checkpoint contradicts itself: {problem}")
     model.restore_state(trajectory, checkpoint.model)
     agent.messages[:] = copy.deepcopy(AgentHistory(checkpoint.messages))
     agent.system_prompt = checkpoint.system_prompt

@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 from strands.types.tools import AgentTool
 
 from ..errors import ConfigurationError
+from ..provider.abort_signal import AbortSignal
 from ..provider.client import SGLangClient
 from ..settings import PluginSettings
 from ..template.render import ChatRenderer
-from .resume import AbortSignal
 
 __all__ = ["Runtime", "import_tools", "raise_gc_threshold"]
 

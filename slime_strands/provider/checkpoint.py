@@ -107,9 +107,6 @@ class TrajectoryCheckpoint:
             raise MalformedCheckpointError("the logprobs or turns do not match the generated spans")
         return tm
 
-    def __len__(self) -> int:
-        return sum(self.lengths)
-
     @property
     def turn_count(self) -> int:
         return count_turns(self.kinds)
@@ -236,6 +233,10 @@ class EpisodeCheckpoint:
                 f"checkpoint version {version}, this code reads {CHECKPOINT_VERSION}"
             )
         messages = d.items("messages")
+        if not messages:  # an episode is aborted after its prompt is in the conversation: never before
+            raise MalformedCheckpointError(
+                "checkpoint: no messages (an episode goes on from its conversation)"
+            )
         for i, message in enumerate(messages):
             _check_message(message, f"messages[{i}]")
         tools = d.sub("tools")
@@ -257,6 +258,7 @@ class EpisodeCheckpoint:
             continuations=d.integer("continuations"),
             turns_saved=d.integer("turns_saved"),
         )
+        tools.done()
         d.done()
         return checkpoint
 

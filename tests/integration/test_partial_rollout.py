@@ -10,6 +10,7 @@ test_partial_rollout_slime.py.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import pickle
 import types
@@ -547,3 +548,132 @@ async def test_a_cut_turn_asks_for_the_rest_of_the_budget_it_was_sent_with(serve
     assert request.body["input_ids"] == tm.token_ids[: len(request.body["input_ids"])]
     assert model.stats.last_cut is TurnCut.CONTEXT_FULL, "cut where the turn's own bound cut it"
     assert len(model.token_manager.spans[-1]) == 6 and model.stats.turns == 1
+
+
+# -- checkpoints that cannot be continued: the sample starts again from its prompt ---------------------------
+
+
+async def cut_sample(server, tokenizer, state, args):
+    """An episode slime aborted mid-generation of its second turn (ABORTED, its checkpoint on it), and the
+    policy that answers its session (the restarted episode asks turn 2 again from its start, then turn 3)."""
+    policy = ContinuingPolicy(server, tokenizer)
+    sample = new_sample()
+    policy.script(sample.session_id, SLOW, SLOW, ANSWER)
+    policy.hold(sample.session_id, 2, "running")
+    out = await aborted_run(server, args, sample, state, until=lambda: policy.parked(sample.session_id))
+    assert out.status == S.ABORTED and CHECKPOINT_KEY in out.metadata
+    return through_the_buffer(out)
+
+
+async def restarts_from_the_prompt(server, args, sample, caplog):
+    """``sample`` (its checkpoint cannot be continued) runs again from its prompt, with a warning."""
+    asked = len(session_requests(server, sample))
+    out = await rollout.generate(args, sample, dict(TOP_P_PARAMS))
+    rec = record(out)
+    assert out.status == S.COMPLETED and CHECKPOINT_KEY not in out.metadata, rec.error
+    assert rec.continuations == 0 and "starts again" in caplog.text
+    first = session_requests(server, out)[asked].body["input_ids"]
+    assert first == out.tokens[: len(out.tokens) - out.response_length], "the prompt alone"
+    assert_sample_matches_server(
+        out, server, routing_key=out.session_id, requests=session_requests(server, out)[asked:]
+    )
+
+
+async def test_a_checkpoint_that_does_not_restore_while_slime_aborts_again_leaves_none(
+    server, tokenizer, monkeypatch, caplog
+):
+    """The checkpoint does not restore and slime's flag is already up: the sample stays ABORTED with no
+    checkpoint (not one of a conversation that never began), and the next step starts it from its prompt."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    args = args_for(server)
+    sample = await cut_sample(server, tokenizer, state, args)
+    sample.metadata[CHECKPOINT_KEY]["compaction_pending"] = True  # reads back; the episode compacts nothing
+
+    state.aborted = True
+    again = await rollout.generate(args, sample, dict(TOP_P_PARAMS))
+    state.aborted = False
+    assert again.status == S.ABORTED and CHECKPOINT_KEY not in again.metadata
+    await restarts_from_the_prompt(server, args, again, caplog)
+
+
+def closed_segment(data, **labels):
+    """A closed segment of the checkpoint's own trajectory, labelled as a compaction closes one but for
+    ``labels``."""
+    segment = {"kind": "main", "opened_by": "prompt", "closed_by": "compaction", "status": "COMPLETED"}
+    return {**segment, "name": "", "trajectory": copy.deepcopy(data["trajectory"]), **labels}
+
+
+CONTRADICTIONS = {
+    "opened_by": lambda d: d.update(opened_by="nonsense"),
+    "pending_messages": lambda d: d["model"]["pending"].update(
+        messages=d["model"]["pending"]["messages"] + 1
+    ),
+    "no_pending_turn": lambda d: d["model"].update(pending=None),  # the trajectory ends on its prompt
+    "segment_kind": lambda d: d["closed"].append(closed_segment(d, kind="tool")),
+    "segment_closed_by": lambda d: d["closed"].append(closed_segment(d, closed_by="boredom")),
+    "segment_status": lambda d: d["closed"].append(closed_segment(d, status="DONE")),
+}
+
+
+@pytest.mark.parametrize("contradiction", CONTRADICTIONS)
+async def test_a_checkpoint_that_contradicts_itself_starts_the_episode_again(
+    server, tokenizer, monkeypatch, caplog, contradiction
+):
+    """A checkpoint that reads back but is no state an aborted episode leaves is refused when restored (the
+    checks its capture makes), and the sample starts again from its prompt instead of ending FAILED."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    args = args_for(server)
+    sample = await cut_sample(server, tokenizer, state, args)
+    CONTRADICTIONS[contradiction](sample.metadata[CHECKPOINT_KEY])
+    EpisodeCheckpoint.from_data(sample.metadata[CHECKPOINT_KEY])  # it reads back
+    await restarts_from_the_prompt(server, args, sample, caplog)
+
+
+@pytest.mark.parametrize("setting", ["resume_aborted_false", "no_partial_rollout", "evaluation"])
+async def test_an_aborted_sample_that_will_not_be_continued_carries_no_checkpoint(
+    server, tokenizer, monkeypatch, setting
+):
+    """Only an episode that can be continued (slime's --partial-rollout, ``resume_aborted``, training) keeps a
+    checkpoint: otherwise its sample starts from its prompt anyway, and a checkpoint (kilobytes, megabytes
+    with routed experts) would only ride in slime's buffer."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    strands = {"resume_aborted": False} if setting == "resume_aborted_false" else {}
+    args = partial_args(server, mask=False, tools=("partial_tools.slow_add",), strands=strands)
+    args.partial_rollout = setting != "no_partial_rollout"
+    policy = ContinuingPolicy(server, tokenizer)
+    sample = new_sample()
+    policy.script(sample.session_id, SLOW, SLOW, ANSWER)
+    policy.hold(sample.session_id, 2, "running")
+    task = asyncio.create_task(
+        rollout.generate(args, sample, dict(TOP_P_PARAMS), evaluation=setting == "evaluation")
+    )
+    await wait_until(lambda: policy.parked(sample.session_id) or task.done())
+    state.aborted = True
+    await SGLangClient(server.base_url).abort()
+    out = await task
+    assert out.status == S.ABORTED and record(out).turns == 2
+    assert CHECKPOINT_KEY not in out.metadata
+
+
+async def test_a_continuation_cancelled_keeps_the_checkpoint(server, tokenizer, monkeypatch):
+    """A continuation cancelled before it ends (the caller's cancellation propagates) leaves the sample as it
+    was handed in: ABORTED, with its checkpoint, so a later step still continues it."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    args = args_for(server)
+    sample = await cut_sample(server, tokenizer, state, args)
+    saved, cut_at = copy.deepcopy(sample.metadata[CHECKPOINT_KEY]), list(sample.tokens)
+    policy = server.responder
+    policy.hold(sample.session_id, 3, "running")
+    policy.scripts[sample.session_id].append(ANSWER)  # the policy's answer after the cancelled request
+    task = asyncio.create_task(rollout.generate(args, sample, dict(TOP_P_PARAMS)))
+    await wait_until(lambda: policy.parked(sample.session_id))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await SGLangClient(server.base_url).abort()  # the held request
+    assert sample.status == S.ABORTED and sample.metadata[CHECKPOINT_KEY] == saved
+
+    asked = len(session_requests(server, sample))
+    out = await rollout.generate(args, sample, dict(TOP_P_PARAMS))
+    assert out.status == S.COMPLETED and record(out).continuations == 1
+    assert session_requests(server, out)[asked].body["input_ids"] == cut_at, "continued from the checkpoint"

@@ -305,3 +305,25 @@ async def test_fanned_out_episodes_under_slimes_partial_rollout(slime, tokenizer
             prompt_len = len(sample.tokens) - sample.response_length
             masked = max(0, min(sample.response_length, segment.carried_tokens - prompt_len))
             assert_same_episode(sample, expected, masked_before=masked)
+
+
+async def test_a_failed_fanned_out_episode_slime_hands_back_starts_again(slime, tokenizer):
+    """A fanned-out episode that FAILED is ``EpisodeSamples``; when slime's abort() puts its group back, the
+    next step's ``generate_and_rm`` hands that list to ``generate``, which runs the episode again from its
+    prompt (its original Sample, the list's last) instead of crashing slime's step."""
+    from slime_strands.testing import Fault
+
+    with SGLangTestServer(tokenizer, routed_experts=(LAYERS, TOPK)) as server:
+        args = slime_args(server, batch=1, context_management="summarize")
+        sample = slime.Sample(prompt="What is 2+3?", label="5", index=0, session_id=str(uuid.uuid4()))
+        server.script(Fault(status=400, body={"error": {"message": "bad request"}}), key=sample.session_id)
+        failed = await slime.generate_and_rm(args, sample, dict(TOP_P))
+        assert isinstance(failed, EpisodeSamples) and failed.status.name == "FAILED"
+
+        server.script(ADD, ANSWER, key=sample.session_id)  # the group is back: the episode runs again
+        again = await slime.generate_and_rm(args, failed, dict(TOP_P))
+        assert isinstance(again, EpisodeSamples) and [s.status.name for s in again] == ["COMPLETED"]
+        assert again[-1] is sample and again.reward == 1.0
+        assert EpisodeRecord.of(sample).regenerations == 1
+        assert_sample_matches_server(sample, server, routing_key=sample.session_id)
+        assert_batch_convertible(list(again), args)

@@ -20,7 +20,7 @@ from slime_strands._slime.partial_rollout import (
     take_checkpoint,
 )
 from slime_strands.agent.record import EpisodeRecord, Termination
-from slime_strands.agent.resume import AbortSignal
+from slime_strands.provider.abort_signal import AbortSignal
 from slime_strands.provider.checkpoint import (
     EpisodeCheckpoint,
     MalformedCheckpointError,
@@ -110,6 +110,7 @@ def test_a_turn_cut_and_continued_counts_once():
         (lambda d: d.update(version=0), "checkpoint version 0"),
         (lambda d: d.update(extra=1), "unknown key(s) ['extra']"),
         (lambda d: d.pop("messages"), "'messages' missing"),
+        (lambda d: d.update(messages=[]), "no messages"),
         (lambda d: d["messages"].append({"role": "system", "content": []}), "role user or assistant"),
         (lambda d: d["messages"][0]["content"].append({"image": {"bytes": b"\x89PNG"}}), "bytes is not plain data"),
         (lambda d: d["trajectory"].update(token_ids="not base64!"), "not base64"),
@@ -119,6 +120,7 @@ def test_a_turn_cut_and_continued_counts_once():
         (lambda d: d["model"]["counters"].update(turns=True), "expected an integer"),
         (lambda d: d["model"]["call_errors"].update(t3=["bad_json"]), "(kind, message, raw, name) expected"),
         (lambda d: d["tools"].update(tool_iters=-1), "negative"),
+        (lambda d: d["tools"].update(tool_secs=1.0), "checkpoint.tools: unknown key(s) ['tool_secs']"),
     ],
 )  # fmt: skip
 def test_anything_else_is_refused_with_the_reason(change, message):
