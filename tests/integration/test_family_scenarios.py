@@ -258,13 +258,26 @@ async def test_special_looking_tool_output_stays_plain_text(family, tok):
         assert sorted(t for t in observation if t in specials) == sorted(t for t in plain if t in specials)
 
 
-def _end_of_sequence_cases() -> list[tuple[str, str]]:
-    return [
+# (family, an end token of its model that is not one of its template's stop tokens). Written out so that
+# collecting the tests loads no tokenizer; the test below checks it against the tokenizers.
+END_OF_SEQUENCE_CASES = [
+    ("glm45", "<|endoftext|>"),
+    ("glm47", "<|endoftext|>"),
+    ("hermes", "<|endoftext|>"),
+    ("kimi_k2", "<|eom_id|>"),
+    ("llama3", "<|end_of_text|>"),
+    ("qwen3_coder", "<|endoftext|>"),
+]
+
+
+def test_the_end_of_sequence_cases_are_every_end_token_beyond_the_stop_tokens():
+    computed = [
         (name, token)
         for name, fam in sorted(FAMILIES.items())
         for token in end_tokens(fam, family_tokenizer(name))
         if token not in stop_tokens(fam)
     ]
+    assert computed == END_OF_SEQUENCE_CASES
 
 
 async def test_a_stop_token_only_the_server_knows_is_stripped_too():
@@ -285,7 +298,7 @@ async def test_a_stop_token_only_the_server_knows_is_stripped_too():
         _check(model, server)
 
 
-@pytest.mark.parametrize(("name", "token"), _end_of_sequence_cases())
+@pytest.mark.parametrize(("name", "token"), END_OF_SEQUENCE_CASES)
 async def test_turn_that_ends_on_an_end_of_sequence_token(name, token):
     """The model's end-of-sequence tokens (tokenizer eos, generation_config.json, <|eom_id|>) end a turn like the
     template's own: the text the agent returns never holds one, and a follow-up is rendered after it."""
