@@ -227,7 +227,7 @@ def _read_parquet(path: Path) -> Iterator[Any]:
 
 def _install(extra: str) -> str:
     """The pip command adding ``extra`` to this install (imported only here: slime_strands is heavy to load)."""
-    from slime_strands.cli.install_hints import install_command
+    from slime_strands.install_hints import install_command
 
     return install_command(extra)
 

@@ -18,8 +18,8 @@ __all__ = ["install_command"]
 
 DISTRIBUTION = "slime-strands"
 _NAME = re.compile(r'^name\s*=\s*"slime-strands"\s*$', re.MULTILINE)
-_PACKAGE_DIR = Path(__file__).resolve().parents[1]
-"""The imported ``slime_strands`` folder (this file is ``slime_strands/cli/install_hints.py``)."""
+_PACKAGE_DIR = Path(__file__).resolve().parent
+"""The imported ``slime_strands`` folder (this file is ``slime_strands/install_hints.py``)."""
 
 
 def install_command(extra: str, package_dir: Path | None = None) -> str:

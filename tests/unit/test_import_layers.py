@@ -22,7 +22,7 @@ PACKAGE = ROOT / "slime_strands"
 
 # Bottom to top. A prefix names a module or a whole subpackage; the longest matching prefix wins.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("slime_strands.errors", "slime_strands._aio"),  # the exception root; the cancel-safe time limit
+    ("slime_strands.errors", "slime_strands._aio", "slime_strands.install_hints"),  # errors, time limit
     ("slime_strands.tool_parsers",),  # text -> tool calls; knows no tokenizer, template or agent
     ("slime_strands.template",),  # chat rendering, the template probe, token codecs
     ("slime_strands.provider",),  # SGLangClient, SGLangModel, TokenManager, SGLang's sampling keys

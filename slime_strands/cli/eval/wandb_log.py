@@ -13,7 +13,7 @@ from typing import Any
 
 from ...trajectories.file import TrajectoryRow
 from ..errors import CommandError
-from ..install_hints import install_command
+from ...install_hints import install_command
 from .summary import DatasetSummary
 
 __all__ = ["TABLE_COLUMNS", "WandbEvalLog", "require_wandb", "summary_metrics"]
