@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..errors import ConfigurationError
 from ..tool_parsers import AUTO, MalformedCall, ToolCall, ToolParser, get_tool_parser, registered_tool_parsers
 from ._per_tokenizer import PerTokenizer
+from .chat_template import TemplateError
 
 if TYPE_CHECKING:
     from .render import ChatRenderer
@@ -57,10 +58,6 @@ BASE_ASSISTANT = "Base answer 7f3a9c for incremental rendering."
 _TOOL_ROLES = ("tool", "ipython", "observation")
 _PROBE_SYSTEM = "You are a probe."
 _QUESTION = "Which format 6d0b?"
-
-
-class TemplateError(ConfigurationError):
-    """The tokenizer's chat template cannot be rendered incrementally (or at all) as required."""
 
 
 TurnEnd = Literal["closing token", "next role tag"]

@@ -36,10 +36,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ._per_tokenizer import PerTokenizer
-from .codec import TokenCodec
+from .chat_template import ChatTemplate, TemplateError
 from .probe import (
     BASE_ASSISTANT,
-    TemplateError,
     TemplateFacts,
     base_conversation,
     check_incremental,
@@ -118,19 +117,15 @@ class ChatRenderer:
         template_kwargs: Mapping[str, Any] | None = None,
         probe: bool = True,
     ) -> None:
-        if not getattr(tokenizer, "chat_template", None):
-            raise TemplateError(
-                f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no chat template"
-            )
+        kwargs = dict(template_kwargs or {})
+        if enable_thinking is not None:  # ``enable_thinking`` wins over the template variables
+            kwargs["enable_thinking"] = enable_thinking
+        self._template = ChatTemplate(tokenizer, kwargs)
         self.tokenizer = tokenizer
-        # Extra template variables (slime's ``apply_chat_template_kwargs``); ``enable_thinking`` wins when set.
-        self.template_kwargs = dict(template_kwargs or {})
-        if enable_thinking is not None:
-            self.template_kwargs["enable_thinking"] = enable_thinking
+        self.template_kwargs = self._template.template_kwargs
+        """Extra template variables (slime's ``apply_chat_template_kwargs``, ``enable_thinking``)."""
         self.enable_thinking = self.template_kwargs.get("enable_thinking")
-        self._codec = TokenCodec.of(tokenizer)
         self._tools_key: tuple[Any, str] | None = None
-        self._token_texts: dict[int, str] = {}
         # Detection and probing cost ~20 ms of template rendering: done once per (tokenizer, template, mode),
         # not once per trajectory (a rollout step builds hundreds of models).
         key = (tokenizer.chat_template, repr(sorted(self.template_kwargs.items())), probe)
@@ -193,19 +188,7 @@ class ChatRenderer:
     ) -> str:
         """The tokenizer's ``apply_chat_template`` on ``messages`` as they are (no adapting), with the renderer's
         template variables; TemplateError for whatever the template raises."""
-        try:
-            text = self.tokenizer.apply_chat_template(
-                list(messages),
-                tools=list(tools) if tools else None,
-                tokenize=False,
-                add_generation_prompt=generation,
-                **self.template_kwargs,
-            )
-        except Exception as exc:  # jinja errors, template exceptions raised on purpose
-            raise TemplateError(f"the chat template failed to render: {exc}") from exc
-        if not isinstance(text, str):
-            raise TemplateError(f"apply_chat_template returned {type(text).__name__}, expected str")
-        return text
+        return self._template.apply(messages, tools, generation)
 
     def _adapt(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
         """A template-format message in the shape this template expects (tool role, arguments type)."""
@@ -265,7 +248,7 @@ class ChatRenderer:
             text = "".join(segments)
             ids = self._encode_segments(segments, risky, text)
         if after is not None and ids and self._already_closed(after, ids[0]):
-            lead = self._token_text(ids[0])
+            lead = self._template.token_text(ids[0])
             if text.startswith(lead):
                 return text[len(lead) :], ids[1:]
         return text, ids
@@ -417,25 +400,18 @@ class ChatRenderer:
     @property
     def special_tokens(self) -> list[str]:
         """Every special / added token, longest first."""
-        return self._codec.special_tokens
+        return self._template.special_tokens
 
     def encode_literal(self, text: str) -> list[int]:
         """Token ids of untrusted text: special-token strings in it are split into ordinary tokens."""
-        return self._codec.encode_literal(text)
+        return self._template.encode_literal(text)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of already-templated text (special tokens in the text are recognised, none added)."""
-        return self._codec.encode(text)
+        return self._template.encode(text)
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        return self._codec.decode(token_ids)
-
-    def _token_text(self, token_id: int) -> str:
-        """The text of one token: the stop token every continuation starts with, decoded once, not per turn."""
-        text = self._token_texts.get(token_id)
-        if text is None:
-            text = self._token_texts[token_id] = self.decode([token_id])
-        return text
+        return self._template.decode(token_ids)
 
     def without_stop_token(self, output_ids: Sequence[int], ended_on: int | None = None) -> list[int]:
         """A turn's ``output_ids`` without the token that ended it: its last token when that is one of
@@ -477,7 +453,7 @@ class ChatRenderer:
     @property
     def closing_in_place_texts(self) -> tuple[str, ...]:
         """The texts of the end tokens that close a turn in place of the template's closing token."""
-        return tuple(self._token_text(i) for i in self.facts.closing_in_place)
+        return tuple(self._template.token_text(i) for i in self.facts.closing_in_place)
 
 
 def _slot_items(message: Mapping[str, Any]) -> list[tuple[str, str]]:
