@@ -9,7 +9,7 @@ see, and check a setup before launching a multi-GPU job.
     slime-strands check-server http://127.0.0.1:30000
 
 This module only parses arguments and dispatches; the work lives in ``cli/eval/``, ``cli/inspect/`` (over
-``trajectories/view.py``), ``cli/drift.py``, ``template/probe.py`` and ``settings``. Errors are one line with a
+``trajectories/view.py``), ``cli/drift.py``, ``template/`` and ``settings``. Errors are one line with a
 hint, never a traceback; exit statuses are listed in :mod:`slime_strands.cli.errors`.
 """
 

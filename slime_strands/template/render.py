@@ -27,6 +27,7 @@ base conversation sees them); no generation prompt after tool results (DeepSeek-
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import threading
@@ -37,16 +38,18 @@ from typing import Any
 
 from ._per_tokenizer import PerTokenizer
 from .chat_template import ChatTemplate, TemplateError
-from .probe import (
+from .facts import (
     BASE_ASSISTANT,
+    PROBE_SYSTEM,
+    PROBE_TOOL,
     TemplateFacts,
     base_conversation,
-    check_incremental,
     detect_facts,
     json_arguments,
+    probe_conversation,
 )
 
-__all__ = ["ChatRenderer", "TemplateError"]
+__all__ = ["ChatRenderer", "TemplateError", "check_incremental"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
@@ -134,8 +137,8 @@ class ChatRenderer:
         self._continuations = state.continuations
 
     def _find_state(self, probe: bool) -> _TemplateState:
-        """The template's facts (:func:`~slime_strands.template.probe.detect_facts`), probed when asked."""
-        self.facts = detect_facts(self)
+        """The template's facts (:func:`~slime_strands.template.facts.detect_facts`), probed when asked."""
+        self.facts = detect_facts(self._template)
         if probe:
             self.facts = replace(self.facts, parallel_calls=check_incremental(self))
         return _TemplateState(self.facts, _Continuations())
@@ -143,7 +146,7 @@ class ChatRenderer:
     def probe(self) -> bool:
         """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError;
         returns whether the template renders parallel calls (see
-        :func:`~slime_strands.template.probe.check_incremental`)."""
+        the module's :func:`check_incremental`)."""
         return check_incremental(self)
 
     @property
@@ -454,6 +457,64 @@ class ChatRenderer:
     def closing_in_place_texts(self) -> tuple[str, ...]:
         """The texts of the end tokens that close a turn in place of the template's closing token."""
         return tuple(self._template.token_text(i) for i in self.facts.closing_in_place)
+
+
+# -- the incremental check ------------------------------------------------------------------------------
+
+
+def check_incremental(renderer: ChatRenderer) -> bool:
+    """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError.
+
+    Walks a conversation (warm-up turn, parallel tool calls, their results, an interim answer, a follow-up
+    user turn): every non-assistant block rendered with :meth:`render_continuation` must equal what the
+    full rendering puts after the preceding assistant turn, the tool results must be shown, and the token
+    ids of the pieces must concatenate without boundary drift. Templates may rewrite OLDER assistant turns
+    (Qwen3, GLM and DeepSeek drop earlier reasoning): that is allowed, since assistant tokens are never
+    re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them: the probe
+    then uses one call with two results).
+    """
+    tools = [PROBE_TOOL]
+    parallel = True
+    conversation = probe_conversation(calls=2)
+    try:
+        renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    except TemplateError:
+        parallel = False
+        conversation = probe_conversation(calls=1)
+    assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+    for i, block_end in itertools.pairwise(assistant_at):
+        message = conversation[i]
+        markers = [message["content"]] + [
+            c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
+        ]
+        full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
+        expected = renderer.continuation_after(full, markers)
+        got = renderer.render_continuation(conversation[i + 1 : block_end], system=PROBE_SYSTEM, tools=tools)
+        if got != expected and not _closed_in_place(renderer, expected, got):
+            raise TemplateError(
+                "incremental rendering does not reproduce the chat template's full rendering: "
+                f"expected {expected!r}, rendered {got!r}"
+            )
+        for shown in conversation[i + 1 : block_end]:
+            if shown["content"] not in got:
+                raise TemplateError(f"the chat template does not show the {shown['role']} message {got!r}")
+        cut = len(full) - len(expected)
+        if renderer.encode(full[:cut]) + renderer.encode(full[cut:]) != renderer.encode(full):
+            raise TemplateError(
+                "tokenizing the template's pieces separately differs from tokenizing them together"
+            )
+    return parallel
+
+
+def _closed_in_place(renderer: ChatRenderer, expected: str, got: str) -> bool:
+    """``expected`` is ``got`` with its closing token written as one that closes in its place (Llama 3.1's
+    template renders ``<|eom_id|>`` after a tool call in ipython mode; a continuation starts at ``<|eot_id|>``
+    and drops it after a turn that ended on ``<|eom_id|>``)."""
+    closing = renderer.end_of_turn
+    return got.startswith(closing) and any(
+        expected.startswith(t) and expected[len(t) :] == got[len(closing) :]
+        for t in renderer.closing_in_place_texts
+    )
 
 
 def _slot_items(message: Mapping[str, Any]) -> list[tuple[str, str]]:
