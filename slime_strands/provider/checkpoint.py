@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SlimeStrandsError
+from ..strict_reader import StrictReader, is_int
 from .model_stats import ModelStats, TurnCut
 from .token_manager import SpanKind, TokenManager, TurnInfo, count_turns
 
@@ -226,8 +227,8 @@ class EpisodeCheckpoint:
     @classmethod
     def from_data(cls, data: Any) -> EpisodeCheckpoint:
         """Read back :meth:`to_data`; raises :class:`MalformedCheckpointError` on anything else."""
-        d = _Reader(data, "checkpoint")
-        version = d.integer("version")
+        d = _reader(data, "checkpoint")
+        version = d.integer("version", negative=False)
         if version != CHECKPOINT_VERSION:
             raise MalformedCheckpointError(
                 f"checkpoint version {version}, this code reads {CHECKPOINT_VERSION}"
@@ -245,18 +246,13 @@ class EpisodeCheckpoint:
             messages=tuple(messages),
             trajectory=_read_trajectory(d.sub("trajectory")),
             opened_by=d.text("opened_by"),
-            closed=tuple(_read_segment(_Reader(s, "closed segment")) for s in d.items("closed")),
+            closed=tuple(_read_segment(_reader(s, "closed segment")) for s in d.items("closed")),
             model=_read_model(d.sub("model")),
-            tools=ToolCounters(
-                tools.integer("tool_iters"),
-                tools.integer("tool_calls"),
-                tools.integer("tool_errors"),
-                tools.number("tool_time_s"),
-            ),
-            subagents=tuple(_read_counters(_Reader(c, "subagent counters")) for c in d.items("subagents")),
+            tools=ToolCounters(**tools.scalars(ToolCounters, negative=False)),
+            subagents=tuple(_read_counters(_reader(c, "subagent counters")) for c in d.items("subagents")),
             compaction_pending=d.optional_flag("compaction_pending"),
-            continuations=d.integer("continuations"),
-            turns_saved=d.integer("turns_saved"),
+            continuations=d.integer("continuations", negative=False),
+            turns_saved=d.integer("turns_saved", negative=False),
         )
         tools.done()
         d.done()
@@ -334,108 +330,23 @@ def _model_data(m: ModelCheckpoint) -> dict[str, Any]:
 # -- reading ---------------------------------------------------------------------------------------------
 
 
-class _Reader:
-    """Typed, strict access to one saved mapping: every key read once, nothing unknown left over."""
-
-    def __init__(self, data: Any, where: str) -> None:
-        if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
-            raise MalformedCheckpointError(f"{where}: expected a mapping, got {type(data).__name__}")
-        self.data: Mapping[str, Any] = data
-        self.where = where
-        self.read: set[str] = set()
-
-    def get(self, key: str) -> Any:
-        if key not in self.data:
-            raise MalformedCheckpointError(f"{self.where}: {key!r} missing")
-        self.read.add(key)
-        return self.data[key]
-
-    def _typed(self, key: str, types: tuple[type, ...], name: str, optional: bool = False) -> Any:
-        value = self.get(key)
-        if (value is None and optional) or (
-            isinstance(value, types) and not (bool not in types and isinstance(value, bool))
-        ):
-            return value
-        raise MalformedCheckpointError(f"{self.where}.{key}: expected {name}, got {value!r:.80}")
-
-    def integer(self, key: str) -> int:
-        value: int = self._typed(key, (int,), "an integer")
-        if value < 0:
-            raise MalformedCheckpointError(f"{self.where}.{key}: negative")
-        return value
-
-    def number(self, key: str) -> float:
-        return float(self._typed(key, (int, float), "a number"))
-
-    def text(self, key: str) -> str:
-        value: str = self._typed(key, (str,), "a string")
-        return value
-
-    def optional_text(self, key: str) -> str | None:
-        value: str | None = self._typed(key, (str,), "a string or null", optional=True)
-        return value
-
-    def cut(self, key: str) -> TurnCut:
-        value = self.text(key)
-        try:
-            return TurnCut(value)
-        except ValueError:
-            raise MalformedCheckpointError(f"{self.where}.{key}: not a turn cut: {value!r:.80}") from None
-
-    def optional_cut(self, key: str) -> TurnCut | None:
-        return None if self.get(key) is None else self.cut(key)
-
-    def optional_integer(self, key: str) -> int | None:
-        return None if self.get(key) is None else self.integer(key)
-
-    def flag(self, key: str) -> bool:
-        value: bool = self._typed(key, (bool,), "a boolean")
-        return value
-
-    def optional_flag(self, key: str) -> bool | None:
-        value: bool | None = self._typed(key, (bool,), "a boolean or null", optional=True)
-        return value
-
-    def items(self, key: str) -> list[Any]:
-        value: list[Any] = self._typed(key, (list, tuple), "a list")
-        return list(value)
-
-    def mapping(self, key: str) -> Mapping[str, Any]:
-        value = self._typed(key, (Mapping,), "a mapping")
-        check_plain(value, f"{self.where}.{key}")
-        return dict(value)
-
-    def sub(self, key: str) -> _Reader:
-        return _Reader(self.get(key), f"{self.where}.{key}")
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.read)
-        if unknown:
-            raise MalformedCheckpointError(f"{self.where}: unknown key(s) {unknown}")
+def _reader(data: Any, where: str) -> StrictReader:
+    return StrictReader(data, where, MalformedCheckpointError)
 
 
-def _read_trajectory(d: _Reader) -> TrajectoryCheckpoint:
+def _read_trajectory(d: StrictReader) -> TrajectoryCheckpoint:
     kinds = d.items("kinds")
     if not all(k in _KINDS for k in kinds):
         raise MalformedCheckpointError(f"{d.where}.kinds: unknown kind in {kinds!r:.80}")
     lengths = d.items("lengths")
-    if len(lengths) != len(kinds) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths
-    ):
+    if len(lengths) != len(kinds) or not all(is_int(n) and n > 0 for n in lengths):
         raise MalformedCheckpointError(f"{d.where}.lengths: one positive length per span expected")
     turns = []
     for i, item in enumerate(d.items("turns")):
-        t = _Reader(item, f"{d.where}.turns[{i}]")
-        turns.append(
-            TurnInfo(
-                finish_reason=t.text("finish_reason"),
-                prompt_tokens=t.optional_integer("prompt_tokens"),
-                cached_tokens=t.optional_integer("cached_tokens"),
-                weight_version=t.optional_text("weight_version"),
-                rid=t.optional_text("rid"),
-                meta_info=t.mapping("meta_info"),
-            )
-        )
+        t = _reader(item, f"{d.where}.turns[{i}]")
+        meta_info = t.mapping("meta_info")
+        check_plain(meta_info, f"{t.where}.meta_info")
+        turns.append(TurnInfo(**t.scalars(TurnInfo, negative=False), meta_info=meta_info))
         t.done()
     trajectory = TrajectoryCheckpoint(
         kinds=tuple(kinds),
@@ -448,7 +359,7 @@ def _read_trajectory(d: _Reader) -> TrajectoryCheckpoint:
     return trajectory
 
 
-def _read_segment(d: _Reader) -> SegmentCheckpoint:
+def _read_segment(d: StrictReader) -> SegmentCheckpoint:
     segment = SegmentCheckpoint(
         kind=d.text("kind"),
         opened_by=d.text("opened_by"),
@@ -461,36 +372,21 @@ def _read_segment(d: _Reader) -> SegmentCheckpoint:
     return segment
 
 
-def _read_counters(d: _Reader) -> ModelStats:
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(ModelStats):
-        if f.name == "parse_errors":
-            errors = d.mapping(f.name)
-            if not all(isinstance(v, int) and not isinstance(v, bool) for v in errors.values()):
-                raise MalformedCheckpointError(f"{d.where}.parse_errors: counts must be integers")
-            values[f.name] = Counter(errors)
-        elif f.name.endswith("_s"):
-            values[f.name] = d.number(f.name)
-        elif f.name == "last_finish_reason":
-            values[f.name] = d.optional_text(f.name)
-        elif f.name == "last_cut":
-            values[f.name] = d.optional_cut(f.name)
-        else:
-            values[f.name] = d.integer(f.name)
+def _read_counters(d: StrictReader) -> ModelStats:
+    stats = ModelStats(
+        **d.scalars(ModelStats, negative=False),
+        parse_errors=Counter(d.counts("parse_errors")),
+        last_cut=d.optional_choice("last_cut", TurnCut),
+    )
     d.done()
-    return ModelStats(**values)
+    return stats
 
 
-def _read_model(d: _Reader) -> ModelCheckpoint:
+def _read_model(d: StrictReader) -> ModelCheckpoint:
     pending = None
     if d.get("pending") is not None:
         p = d.sub("pending")
-        pending = PendingTurn(
-            messages=p.integer("messages"),
-            starts_in_reasoning=p.flag("starts_in_reasoning"),
-            max_new_tokens=p.integer("max_new_tokens"),
-            bound=p.cut("bound"),
-        )
+        pending = PendingTurn(**p.scalars(PendingTurn, negative=False), bound=p.choice("bound", TurnCut))
         p.done()
     call_errors: dict[str, tuple[str, str, str, str | None]] = {}
     for key, value in d.mapping("call_errors").items():
@@ -506,6 +402,7 @@ def _read_model(d: _Reader) -> ModelCheckpoint:
             raise MalformedCheckpointError(f"{d.where}.call_errors[{key!r}]: name must be a string or null")
         call_errors[key] = (value[0], value[1], value[2], value[3])
     template_ids = d.mapping("template_ids")
+    check_plain(template_ids, f"{d.where}.template_ids")
     if not all(isinstance(v, str) for v in template_ids.values()):
         raise MalformedCheckpointError(f"{d.where}.template_ids: call ids must be strings")
     last_tool_ids = d.items("last_tool_ids")
