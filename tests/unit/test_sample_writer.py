@@ -84,7 +84,7 @@ def test_record_round_trip_keeps_the_trajectory_out():
     data = record.to_metadata()
     assert "trajectory" not in data and "response" not in data and data["termination"] == "tool_limit"
     assert EpisodeRecord.from_metadata(data) == record
-    with pytest.raises(MalformedRecordError, match="unknown episode record key"):
+    with pytest.raises(MalformedRecordError, match=r"episode record: unknown key\(s\)"):
         EpisodeRecord.from_metadata({**data, "extra": 1})
     with pytest.raises(MalformedRecordError, match="unknown termination 'done'"):
         EpisodeRecord.from_metadata({**data, "termination": "done"})
