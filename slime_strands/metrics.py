@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .agent.record import EpisodeRecord, has_malformed_record
+from .strict_reader import is_number
 
 __all__ = ["aggregate", "log_eval_rollout", "log_rollout", "mean_pass_at_k", "pass_at_k"]
 
@@ -97,7 +98,7 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value, finite=True):
         return None
     return float(value)
 

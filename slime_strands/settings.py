@@ -35,6 +35,7 @@ import yaml
 
 from .errors import ConfigurationError
 from .provider.sampling import SamplingParamError, SamplingParams
+from .strict_reader import is_int
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
@@ -454,7 +455,7 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             raise SettingsError(f"{where}: expected a list, got {value!r}")
         (item,) = typing.get_args(hint)[:1]
         return tuple(_coerce(item, v, where) for v in value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+    if hint is float and is_int(value):
         return float(value)
     if hint in (int, float) and isinstance(value, bool):
         raise SettingsError(f"{where}: expected {hint.__name__}, got a boolean")

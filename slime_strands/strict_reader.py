@@ -16,19 +16,19 @@ import dataclasses
 import enum
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeGuard, TypeVar
 
 __all__ = ["StrictReader", "is_int", "is_number"]
 
 E = TypeVar("E", bound=enum.Enum)
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """An ``int`` that is not a ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: Any, *, finite: bool = False) -> bool:
+def is_number(value: Any, *, finite: bool = False) -> TypeGuard[int | float]:
     """An ``int`` or ``float`` that is not a ``bool`` (and, with ``finite``, neither NaN nor infinite)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False

@@ -36,6 +36,7 @@ from typing import Any
 import aiohttp
 
 from ..errors import SlimeStrandsError
+from ..strict_reader import is_int
 from .reachability import reachability_of
 
 __all__ = [
@@ -683,7 +684,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
 
 
 def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if is_int(value) else None
 
 
 def _window_of(info: Any) -> int | None:

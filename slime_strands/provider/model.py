@@ -31,6 +31,7 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolSpec
 
 from ..errors import SlimeStrandsError
+from ..strict_reader import is_int
 from ..template.messages import to_template_messages, to_template_tools
 from ..template.probe import select_tool_parser
 from ..template.render import ChatRenderer
@@ -822,7 +823,7 @@ def _matched_stop_token(result: GenerateResult) -> int | None:
     is not a token): the token that ended the turn, whichever stop set it came from."""
     finish = result.meta_info.get("finish_reason") if result.finish_reason == "stop" else None
     matched = finish.get("matched") if isinstance(finish, dict) else None
-    return matched if isinstance(matched, int) and not isinstance(matched, bool) else None
+    return matched if is_int(matched) else None
 
 
 def _cut_chars(text: str, limit: int) -> str:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..strict_reader import is_int, is_number
 from .sampling_ranges import range_problems
 
 __all__ = [
@@ -164,11 +164,9 @@ def _check_value(key: str, value: Any, where: str) -> None:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         raise SamplingParamError(f"{where}.{key}: {value!r} is not a JSON value") from None
-    if key == "max_new_tokens" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if key == "max_new_tokens" and not (is_int(value) and value >= 1):
         raise SamplingParamError(f"{where}.max_new_tokens: must be a positive integer, got {value!r}")
-    if key in TRAINER_OWNED_KEYS and (
-        isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-    ):
+    if key in TRAINER_OWNED_KEYS and not is_number(value, finite=True):
         raise SamplingParamError(f"{where}.{key}: must be a number, got {value!r}")
 
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..strict_reader import is_int
 from .chat_template import ChatTemplate, TemplateError
 
 __all__ = [
@@ -265,9 +266,7 @@ def end_of_sequence_ids(tokenizer: Any) -> tuple[int, ...]:
     ids += [vocabulary[token] for token in _ALWAYS_STOP if token in vocabulary]
     ids += _configured_eos_ids(str(getattr(tokenizer, "name_or_path", "") or ""))
     size = len(tokenizer)
-    return tuple(
-        dict.fromkeys(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < size)
-    )
+    return tuple(dict.fromkeys(i for i in ids if is_int(i) and 0 <= i < size))
 
 
 def _configured_eos_ids(name: str) -> list[int]:
@@ -284,7 +283,7 @@ def _configured_eos_ids(name: str) -> list[int]:
             logger.warning("cannot read eos_token_id from %s: %s", path, exc)
             continue
         values = value if isinstance(value, list) else [value]
-        ids += [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        ids += [v for v in values if is_int(v)]
     return ids
 
 

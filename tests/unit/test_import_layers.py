@@ -36,7 +36,12 @@ SKIPPED = frozenset({".git", ".venv", "venv", "build", "dist", "node_modules", "
 # Bottom to top. A prefix names a module or a whole package; the longest matching prefix wins. Files outside a
 # package are named by their path (``tests/...``, ``benchmarks/...``, ``scripts/...``).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("slime_strands.errors", "slime_strands._aio", "slime_strands.install_hints"),  # errors, time limit
+    (  # errors, the time limit, pip hints, the strict reader of saved data
+        "slime_strands.errors",
+        "slime_strands._aio",
+        "slime_strands.install_hints",
+        "slime_strands.strict_reader",
+    ),
     ("slime_strands.tool_parsers",),  # text -> tool calls; knows no tokenizer, template or agent
     ("slime_strands.template",),  # chat rendering, the template probe, token codecs
     ("slime_strands.provider",),  # SGLangClient, SGLangModel, TokenManager, SGLang's sampling keys
