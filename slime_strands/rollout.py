@@ -58,11 +58,11 @@ from ._slime.partial_rollout import (
     take_checkpoint,
 )
 from ._slime.sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
+from .agent.checkpoint import EpisodeCheckpoint
 from .agent.episode import run_episode
 from .agent.record import EpisodeRecord, RewardRule, Termination
 from .agent.runtime import Runtime
 from .errors import ConfigurationError
-from .provider.checkpoint import EpisodeCheckpoint
 
 __all__ = ["generate"]
 

@@ -5,7 +5,7 @@ off-policy flag, and the shape a fanned-out episode takes in slime's groups.
 
 With ``--partial-rollout`` slime aborts the episodes still running once a step has enough samples and puts
 their groups back in its buffer; the next step hands them to ``generate`` again (status ABORTED). An episode
-the abort stopped leaves an :class:`~slime_strands.provider.checkpoint.EpisodeCheckpoint` in
+the abort stopped leaves an :class:`~slime_strands.agent.checkpoint.EpisodeCheckpoint` in
 ``sample.metadata["strands_checkpoint"]`` (plain data: it survives the buffer and a Ray hop) and continues
 from it, token for token, instead of starting again from the prompt (``resume_aborted: false`` restarts it,
 and then, as in evaluation, no checkpoint is captured at all: :func:`continues_aborted`). The checkpoint is
@@ -31,8 +31,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..agent.checkpoint import EpisodeCheckpoint
 from ..agent.record import EpisodeRecord, Termination
-from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
+from ..provider.checkpoint import MalformedCheckpointError
 
 __all__ = [
     "CHECKPOINT_KEY",

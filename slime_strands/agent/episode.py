@@ -30,7 +30,7 @@ from strands.types.exceptions import ContextWindowOverflowException, MaxTokensRe
 
 from ..errors import ConfigurationError
 from ..provider.abort_signal import AbortSignal
-from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
+from ..provider.checkpoint import MalformedCheckpointError
 from ..provider.client import SGLangClient, SGLangError
 from ..provider.model import (
     INVALID_TOOL_NAME,
@@ -41,6 +41,7 @@ from ..provider.model import (
 from ..provider.sampling import merge_sampling_params
 from ..provider.token_manager import TokenManager
 from ..settings import DEFAULT_TOOL_ROUNDS_PER_INVOCATION, PluginSettings
+from .checkpoint import EpisodeCheckpoint
 from .compaction import ContextCompactor
 from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter

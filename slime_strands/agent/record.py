@@ -26,8 +26,8 @@ from ..settings import COMPACTION_STRATEGIES
 from ..strict_reader import StrictReader
 
 if TYPE_CHECKING:
-    from ..provider.checkpoint import EpisodeCheckpoint
     from ..provider.token_manager import TokenManager
+    from .checkpoint import EpisodeCheckpoint
 
 __all__ = [
     "METADATA_KEY",

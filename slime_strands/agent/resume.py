@@ -15,7 +15,7 @@ consistent:
 * **a compaction's summary turn**: the compaction is pending and completes on continue.
 
 :func:`capture` turns the parts of an aborted episode into an
-:class:`~slime_strands.provider.checkpoint.EpisodeCheckpoint`; :func:`restore` puts one back into freshly built parts,
+:class:`~slime_strands.agent.checkpoint.EpisodeCheckpoint`; :func:`restore` puts one back into freshly built parts,
 after which the agent is invoked with no prompt: Strands runs the tools of a trailing tool-use message, or
 calls the model (which continues a pending turn).
 
@@ -38,16 +38,10 @@ from strands.hooks import AfterToolsEvent, BeforeModelCallEvent, BeforeToolsEven
 from strands.middleware import ExecuteToolContext, ToolResultEvent
 
 from ..provider.abort_signal import AbortSignal
-from ..provider.checkpoint import (
-    EpisodeCheckpoint,
-    MalformedCheckpointError,
-    PendingTurn,
-    ToolCounters,
-    TrajectoryCheckpoint,
-    check_plain,
-)
+from ..provider.checkpoint import MalformedCheckpointError, PendingTurn, TrajectoryCheckpoint, check_plain
 from ..provider.token_manager import TokenManager
 from ..settings import COMPACTION_STRATEGIES
+from .checkpoint import EpisodeCheckpoint, ToolCounters
 from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
 from .record import TREATMENTS, MalformedRecordError, SegmentRecord

@@ -19,15 +19,13 @@ from slime_strands._slime.partial_rollout import (
     save_checkpoint,
     take_checkpoint,
 )
+from slime_strands.agent.checkpoint import EpisodeCheckpoint, SegmentCheckpoint, ToolCounters
 from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.provider.abort_signal import AbortSignal
 from slime_strands.provider.checkpoint import (
-    EpisodeCheckpoint,
     MalformedCheckpointError,
     ModelCheckpoint,
     PendingTurn,
-    SegmentCheckpoint,
-    ToolCounters,
     TrajectoryCheckpoint,
 )
 from slime_strands.provider.model_stats import ModelStats, TurnCut
