@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigurationError
+from .provider.retry import RetryPolicy
 from .provider.sampling import SamplingParamError, SamplingParams
 from .strict_reader import is_int
 from .tool_parsers import AUTO, registered_tool_parsers
@@ -338,6 +339,14 @@ class PluginSettings:
                     f"compaction.{name} only applies to context_management: {strategy} "
                     f"(it is {self.context_management!r})"
                 )
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """How the client tries requests again (``max_retries``, ``retry_delay_s``, ``server_abort_retries``):
+        the one place the plugin builds it."""
+        return RetryPolicy(
+            max_retries=self.max_retries, delay_s=self.retry_delay_s, abort_resends=self.server_abort_retries
+        )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> PluginSettings:

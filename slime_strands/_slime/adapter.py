@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..agent.episode import EpisodeSpec
-from ..agent.runtime import Runtime
+from ..agent.runtime import Runtime, client_for
 from ..errors import ConfigurationError
 from ..provider.client import SGLangClient
 from ..settings import PluginSettings
@@ -43,13 +43,7 @@ _TOP_P_PARAM = "return_top_p_token_ids"
 def client_from_slime_args(args: Any, settings: PluginSettings) -> SGLangClient:
     """The client for slime's router, its pool as large as slime's own (``sglang_server_concurrency`` x the
     number of engines, as ``slime.utils.http_utils.get_rollout_num_engines`` counts them)."""
-    return SGLangClient(
-        _router_url(args),
-        max_connections=_pool_size(args),
-        timeout=settings.request_timeout_s,
-        max_retries=settings.max_retries,
-        retry_delay=settings.retry_delay_s,
-    )
+    return client_for(settings, _router_url(args), max_connections=_pool_size(args))
 
 
 def _router_url(args: Any) -> str:

@@ -105,8 +105,9 @@ class SGLangConfig(BaseModelConfig, total=False):
     return_routed_experts: bool
     """Request MoE routing replay data every turn (slime's ``--use-rollout-routing-replay``); each turn asks
     only for the rows of positions after the previous turn's (``routed_experts_start_len``)."""
-    abort_retries: int
-    """Times a turn the server aborted on its own is sent again (see ``SGLangClient.generate``)."""
+    abort_retries: int | None
+    """Times a turn the server aborted on its own is sent again (see ``SGLangClient.generate``); None: as the
+    client's retry policy says (``abort_resends``)."""
     abort_expected: Callable[[], bool] | None
     """True while the caller is aborting: an ``abort`` answer then ends the episode instead of a retry."""
     fit_tool_outputs: bool
@@ -190,7 +191,7 @@ class SGLangModel(Model):
             "max_calls_per_turn": None,
             "routing_key": None,
             "return_routed_experts": False,
-            "abort_retries": 0,
+            "abort_retries": None,
             "abort_expected": None,
             "fit_tool_outputs": True,
             "reserved_tokens": 0,
@@ -447,9 +448,10 @@ class SGLangModel(Model):
         of it ends the episode). A ``continued`` turn (an abort cut it after ``spent`` tokens) asks for the rest
         of the budget it was sent with; none left: it ends ``length`` without a request. A context refusal that
         names the window (the window was unknown: the server does not report it, or could not be asked)
-        teaches it to the client: the turn is clamped and sent once more; a prompt that cannot fit raises
-        ``ContextWindowOverflowException``."""
+        teaches it to the client: the turn is clamped and sent again (``context_resends`` of the client's retry
+        policy: once); a prompt that cannot fit raises ``ContextWindowOverflowException``."""
         refusal: SGLangContextLengthError | None = None
+        refusals = 0
         while True:
             if continued is None:
                 budget = await self._turn_budget(delta_len)
@@ -474,9 +476,9 @@ class SGLangModel(Model):
                     abort_expected=self.config["abort_expected"],
                 )
             except SGLangContextLengthError as exc:
-                if exc.window is None or refusal is not None:
+                if exc.window is None or refusals >= self.client.retry.context_resends:
                     raise ContextWindowOverflowException(str(exc)) from exc
-                refusal = exc
+                refusal, refusals = exc, refusals + 1
                 logger.info("SGLang refused a turn of %d tokens (%s): sending it again", max_new_tokens, exc)
                 continue
             # cut by `length` short of what was asked: the server clamped the turn to its window, silently
