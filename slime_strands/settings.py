@@ -26,7 +26,7 @@ import dataclasses
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ __all__ = [
     "RewardSettings",
     "SandboxSettings",
     "SettingsError",
-    "settings_from_args",
+    "settings_from_slime",
 ]
 
 ARGS_KEY = "strands"
@@ -374,15 +374,16 @@ class PluginSettings:
         return cls.from_mapping(doc.get(ARGS_KEY))
 
 
-def settings_from_args(args: Any) -> PluginSettings:
-    """Read the plugin settings from slime's ``args`` (the ``strands`` attribute), with defaults.
+def settings_from_slime(data: Any, attributes: Iterable[Any] = ()) -> PluginSettings:
+    """The plugin settings slime holds: ``data`` is its ``strands`` attribute (a mapping, settings, or None for
+    the defaults), ``attributes`` the names of every attribute of slime's args.
 
-    slime copies every top-level key of ``--custom-config-path`` onto ``args`` (keys for slime and other
-    plugins among them), so only a near-miss of ``strands`` is refused there: its settings would be ignored."""
-    data = getattr(args, ARGS_KEY, None)
+    slime copies every top-level key of ``--custom-config-path`` onto its args (keys for slime and other
+    plugins among them), so only a near-miss of ``strands`` among ``attributes`` is refused: its settings would
+    be ignored. (``slime_strands._slime.config`` reads slime's args.)"""
     if isinstance(data, PluginSettings):
         return data
-    misspelt = [name for name in getattr(args, "__dict__", {}) if _near_miss(name)]
+    misspelt = [name for name in attributes if _near_miss(name)]
     if misspelt:
         raise SettingsError(
             f"slime's args have {misspelt[0]!r} (a top-level key of --custom-config-path?): did you mean "
