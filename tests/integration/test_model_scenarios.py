@@ -8,7 +8,6 @@ built independently from the script.
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 from helpers import (
@@ -27,6 +26,7 @@ from helpers import (
     server_for,
     with_generation_prompt,
 )
+from slime_helpers import router_flags, slime_args
 from strands import Agent, tool
 from strands.agent.conversation_manager import SlidingWindowConversationManager
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
@@ -40,8 +40,7 @@ from slime_strands import (
     ToolLimiter,
     TrajectoryError,
 )
-from slime_strands._slime.adapter import client_from_slime_args
-from slime_strands.settings import PluginSettings
+from slime_strands._slime.config import SlimeConfig
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.tool_parsers import HermesToolParser
 
@@ -749,11 +748,10 @@ async def test_quick_start_flow_from_the_seed(tokenizer):
 async def test_slime_style_flow_from_the_seed(tokenizer):
     """slime's examples/strands_sglang generate(): shared client, HermesToolParser, slime's sampling params."""
     with server_for(tokenizer, ADD_2_3, ANSWER) as server:
-        host, port = server.base_url.removeprefix("http://").split(":")
-        args = SimpleNamespace(
-            sglang_router_ip=host, sglang_router_port=int(port), sglang_server_concurrency=8
+        args = slime_args(
+            **router_flags(server), sglang_server_concurrency=8, strands={"retry_delay_s": 0.01}
         )
-        client = client_from_slime_args(args, PluginSettings(retry_delay_s=0.01))
+        client = SlimeConfig.of(args).runtime.client
         sampling_params = {
             "temperature": 1.0,
             "top_p": 1.0,
