@@ -236,6 +236,33 @@ def import_loops(modules: dict[str, Module]) -> list[list[str]]:
     return loops
 
 
+SLIME_ARGS_TAKERS = (
+    "slime_strands._slime",  # the boundary: SlimeConfig reads slime's args once
+    "slime_strands.rollout",  # slime's hooks, which slime calls with its args
+    "slime_strands.reward",
+    "slime_strands.reward_norm",
+    "slime_strands.metrics",
+    "slime_strands.testing",  # slime's Sample and trainer checks, mirrored for tests
+)
+"""The modules whose functions may take slime's ``args`` (a parameter named ``args``, as slime's hooks name it);
+everything else gets the typed ``SlimeConfig``."""
+
+
+def takers_of_slime_args(modules: dict[str, Module], allowed: Sequence[str] = SLIME_ARGS_TAKERS) -> list[str]:
+    """``module:line function`` of every function outside ``allowed`` with a parameter named ``args``."""
+    found = []
+    for module in modules.values():
+        inside = any(module.name == a or module.name.startswith(a + ".") for a in allowed)
+        if inside or not module.name.startswith("slime_strands"):
+            continue
+        for node in ast.walk(ast.parse(module.path.read_text(), filename=str(module.path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                names = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+                if "args" in names:
+                    found.append(f"{module.name}:{node.lineno} {getattr(node, 'name', 'lambda')}")
+    return found
+
+
 def _lines(items: Iterable[object]) -> str:
     return "\n".join(map(str, items))
 
@@ -287,6 +314,12 @@ def test_nothing_in_the_package_imports_testing():
     assert users == [], "slime_strands.testing is for tests and users:\n" + _lines(users)
 
 
+def test_only_the_slime_boundary_takes_slimes_args():
+    """slime's namespace is read once, in ``_slime/`` (``SlimeConfig``); below the hooks nothing takes it."""
+    takers = takers_of_slime_args(MODULES)
+    assert takers == [], "functions that take slime's args outside _slime/ and the hooks:\n" + _lines(takers)
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         path = root / name
@@ -320,6 +353,23 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
         ("pkg.low.b", "pkg.high", True),
         ("tools.bad", "helper", False),
     }
+
+
+def test_the_args_check_can_fail(tmp_path):
+    _write(
+        tmp_path,
+        {
+            "slime_strands/__init__.py": "",
+            "slime_strands/_slime/config.py": "def of(args):\n    return args\n",
+            "slime_strands/agent/episode.py": "async def run(spec, *args, args_seen=0):\n    pass\n",
+            "slime_strands/agent/spec.py": "def episode_spec(config, args):\n    return args.flag\n",
+            "slime_strands/provider/x.py": "F = lambda args: args\n",
+        },
+    )
+    assert takers_of_slime_args(modules_of(tmp_path, ("",)), ("slime_strands._slime",)) == [
+        "slime_strands.agent.spec:1 episode_spec",
+        "slime_strands.provider.x:1 lambda",
+    ]
 
 
 def test_the_checker_finds_loops(tmp_path):
