@@ -132,7 +132,7 @@ async def _run(
             runtime.settings,
             spec,
             tools=runtime.tools(),
-            should_stop=None if state is None else runtime.abort_signal(state),
+            abort_signal=None if state is None else runtime.abort_signal(state),
             resume=checkpoint,
             keep_checkpoint=keep_checkpoint,
         )

@@ -88,15 +88,17 @@ async def run_episode(
     spec: EpisodeSpec,
     *,
     tools: Sequence[Any] | None = None,
-    should_stop: Callable[[], bool] | None = None,
+    abort_signal: Callable[[], bool] | None = None,
     hooks: Sequence[HookProvider] = (),
     resume: EpisodeCheckpoint | None = None,
     keep_checkpoint: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
-    ``should_stop()`` (slime's abort flag; an :class:`~slime_strands.provider.abort_signal.AbortSignal` shares one poller
-    between episodes) is checked between turns and before tools, and stops running tool calls; when it holds,
+    ``abort_signal()`` (slime's abort flag; an :class:`~slime_strands.provider.abort_signal.AbortSignal` shares one
+    poller between episodes; ``should_stop`` is its older name) is checked between turns and before tools, and
+    stops running tool calls; when it holds,
     an ``abort`` answer from the server ends the episode ABORTED instead of being retried, and the record's
     ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none is captured, for an episode nobody
     will continue). ``resume`` continues such an episode (one that cannot be restored starts again from the
@@ -106,7 +108,7 @@ async def run_episode(
     raise_gc_threshold(settings)
     if tools is None:
         tools = import_tools(settings)
-    signal = None if should_stop is None else _signal(should_stop)
+    signal = _as_abort_signal(abort_signal, should_stop)
     stopped = signal is not None and signal()
     if stopped and resume is None:
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
@@ -127,8 +129,17 @@ async def run_episode(
     return dataclasses.replace(record, wall_time_s=time.perf_counter() - started)
 
 
-def _signal(should_stop: Callable[[], bool]) -> AbortSignal:
-    return should_stop if isinstance(should_stop, AbortSignal) else AbortSignal(should_stop)
+def _as_abort_signal(
+    abort_signal: Callable[[], bool] | None, should_stop: Callable[[], bool] | None
+) -> AbortSignal | None:
+    """The episode's abort flag (given under its name, or its older one ``should_stop``) as an AbortSignal."""
+    if should_stop is not None:
+        if abort_signal is not None:
+            raise ValueError("pass abort_signal (or its older name should_stop), not both")
+        abort_signal = should_stop
+    if abort_signal is None or isinstance(abort_signal, AbortSignal):
+        return abort_signal
+    return AbortSignal(abort_signal)
 
 
 def _resumed(episode: _Episode, checkpoint: EpisodeCheckpoint, *, going_on: bool) -> bool:
@@ -179,7 +190,7 @@ def _build(
     settings: PluginSettings,
     spec: EpisodeSpec,
     tools: Sequence[Any],
-    should_stop: AbortSignal | None,
+    abort_signal: AbortSignal | None,
     hooks: Sequence[HookProvider],
 ) -> _Episode:
     system_prompt, history, prompt = _split_prompt(spec.prompt, settings.system_prompt)
@@ -203,11 +214,11 @@ def _build(
         routing_key=spec.routing_key,
         return_routed_experts=spec.return_routed_experts,
         abort_retries=settings.server_abort_retries,
-        abort_expected=should_stop,
+        abort_signal=abort_signal,
     )
     limiter = ToolLimiter(max_tool_iters=settings.max_tool_iters, max_tool_calls=settings.max_tool_calls)
     tool_stats = _ToolStats()
-    guard = AbortGuard(should_stop, limiter, tool_stats) if should_stop is not None else None
+    guard = AbortGuard(abort_signal, limiter, tool_stats) if abort_signal is not None else None
     segments = SegmentCollector(collect_subagents=settings.collect_subagents)
     manager: NullConversationManager | ContextCompactor = NullConversationManager()
     compactor = None
@@ -217,7 +228,7 @@ def _build(
             settings.compaction,
             segments,
             pinned=len(history) + 1,  # the sample's prompt messages: the task is never compacted away
-            should_stop=should_stop,
+            abort_signal=abort_signal,
         )
     agent = build_agent(
         model,

@@ -77,9 +77,9 @@ class AbortGuard(StopWhen):
     Register it BEFORE the :class:`ToolLimiter` (it notes the counters before the limiter counts a batch), and
     :meth:`kill_on_abort` as the agent's ``ExecuteToolStage`` middleware."""
 
-    def __init__(self, signal: AbortSignal, limiter: ToolLimiter, tool_time: _ToolTime) -> None:
-        super().__init__(signal, _ABORT_REASON)
-        self.signal = signal
+    def __init__(self, abort_signal: AbortSignal, limiter: ToolLimiter, tool_time: _ToolTime) -> None:
+        super().__init__(abort_signal, _ABORT_REASON)
+        self.abort_signal = abort_signal
         self._limiter = limiter
         self._tool_time = tool_time
         self.cut: int | None = None
@@ -132,7 +132,7 @@ class AbortGuard(StopWhen):
                 events.put_nowait(_END)
 
         runner = asyncio.ensure_future(drain())
-        aborted = asyncio.ensure_future(self.signal.wait())
+        aborted = asyncio.ensure_future(self.abort_signal.wait())
         result = None  # held back until the call ends: it is only the result if slime has not aborted by then
         try:
             while True:
@@ -143,7 +143,7 @@ class AbortGuard(StopWhen):
                     break
                 item = getter.result()
                 if item is _END:
-                    if self.signal():
+                    if self.abort_signal():
                         break
                     await runner  # the call's own exception, if it raised
                     if result is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -35,7 +35,9 @@ __all__ = [
     "SamplingParamError",
     "SamplingParams",
     "check_sampling_keys",
+    "checked_params",
     "merge_sampling_params",
+    "turn_params",
 ]
 
 SGLANG_SAMPLING_VERSIONS = "0.5.15 to 0.5.23"
@@ -102,6 +104,24 @@ def check_sampling_values(params: Mapping[str, Any], where: str) -> None:
     refuse (out of its range: every request of every episode would fail)."""
     for key, problem in range_problems(params):
         raise SamplingParamError(f"{where}: {key} {problem} (SGLang would refuse every request)")
+
+
+def checked_params(params: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """A copy of ``params`` whose keys and values SGLang accepts; SamplingParamError naming the first that it
+    would refuse."""
+    checked = dict(params or {})
+    check_sampling_keys(checked, where)
+    check_sampling_values(checked, where)
+    return checked
+
+
+def turn_params(params: Mapping[str, Any], turn_end_ids: Sequence[int]) -> dict[str, Any]:
+    """A turn's sampling params: ``params`` with every token a turn may end on (the template's stop tokens and
+    the model's end-of-sequence ones) added to their ``stop_token_ids``."""
+    turn = dict(params)
+    stop_ids = list(turn.get("stop_token_ids") or [])
+    turn["stop_token_ids"] = stop_ids + [t for t in turn_end_ids if t not in stop_ids]
+    return turn
 
 
 class SamplingParams(Mapping[str, Any]):
