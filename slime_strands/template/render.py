@@ -109,8 +109,9 @@ class _TemplateState:
 _TEMPLATES: PerTokenizer[_TemplateState] = PerTokenizer()
 
 
-class ChatRenderer:
-    """Renders a conversation with a tokenizer's chat template, first in full, then incrementally."""
+class ChatRenderer(ChatTemplate):
+    """Renders a conversation with a tokenizer's chat template, first in full, then incrementally: a
+    :class:`~slime_strands.template.chat_template.ChatTemplate` that knows its facts."""
 
     def __init__(
         self,
@@ -123,10 +124,7 @@ class ChatRenderer:
         kwargs = dict(template_kwargs or {})
         if enable_thinking is not None:  # ``enable_thinking`` wins over the template variables
             kwargs["enable_thinking"] = enable_thinking
-        self._template = ChatTemplate(tokenizer, kwargs)
-        self.tokenizer = tokenizer
-        self.template_kwargs = self._template.template_kwargs
-        """Extra template variables (slime's ``apply_chat_template_kwargs``, ``enable_thinking``)."""
+        super().__init__(tokenizer, kwargs)
         self.enable_thinking = self.template_kwargs.get("enable_thinking")
         self._tools_key: tuple[Any, str] | None = None
         # Detection and probing cost ~20 ms of template rendering: done once per (tokenizer, template, mode),
@@ -138,7 +136,7 @@ class ChatRenderer:
 
     def _find_state(self, probe: bool) -> _TemplateState:
         """The template's facts (:func:`~slime_strands.template.facts.detect_facts`), probed when asked."""
-        self.facts = detect_facts(self._template)
+        self.facts = detect_facts(self)
         if probe:
             self.facts = replace(self.facts, parallel_calls=check_incremental(self))
         return _TemplateState(self.facts, _Continuations())
@@ -182,16 +180,6 @@ class ChatRenderer:
     ) -> str:
         """Full rendering with the tokenizer's template (template-format messages and tools)."""
         return self.apply([self._adapt(m) for m in messages], tools, add_generation_prompt)
-
-    def apply(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-        generation: bool,
-    ) -> str:
-        """The tokenizer's ``apply_chat_template`` on ``messages`` as they are (no adapting), with the renderer's
-        template variables; TemplateError for whatever the template raises."""
-        return self._template.apply(messages, tools, generation)
 
     def _adapt(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
         """A template-format message in the shape this template expects (tool role, arguments type)."""
@@ -251,7 +239,7 @@ class ChatRenderer:
             text = "".join(segments)
             ids = self._encode_segments(segments, risky, text)
         if after is not None and ids and self._already_closed(after, ids[0]):
-            lead = self._template.token_text(ids[0])
+            lead = self.token_text(ids[0])
             if text.startswith(lead):
                 return text[len(lead) :], ids[1:]
         return text, ids
@@ -400,22 +388,6 @@ class ChatRenderer:
         """Special tokens (turn markers, EOS) that plain text must never turn into."""
         return tuple(t for t in self.special_tokens if t)
 
-    @property
-    def special_tokens(self) -> list[str]:
-        """Every special / added token, longest first."""
-        return self._template.special_tokens
-
-    def encode_literal(self, text: str) -> list[int]:
-        """Token ids of untrusted text: special-token strings in it are split into ordinary tokens."""
-        return self._template.encode_literal(text)
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of already-templated text (special tokens in the text are recognised, none added)."""
-        return self._template.encode(text)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self._template.decode(token_ids)
-
     def without_stop_token(self, output_ids: Sequence[int], ended_on: int | None = None) -> list[int]:
         """A turn's ``output_ids`` without the token that ended it: its last token when that is one of
         :attr:`turn_end_ids` or ``ended_on`` (the stop token the server reports, e.g. one of the request's own
@@ -456,7 +428,7 @@ class ChatRenderer:
     @property
     def closing_in_place_texts(self) -> tuple[str, ...]:
         """The texts of the end tokens that close a turn in place of the template's closing token."""
-        return tuple(self._template.token_text(i) for i in self.facts.closing_in_place)
+        return tuple(self.token_text(i) for i in self.facts.closing_in_place)
 
 
 # -- the incremental check ------------------------------------------------------------------------------
