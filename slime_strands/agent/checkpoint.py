@@ -18,6 +18,7 @@ slime's buffer), token ids as base64 int32 and logprobs as base64 float64 (exact
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -115,12 +116,7 @@ class EpisodeCheckpoint:
                 for s in self.closed
             ],
             "model": model_data(self.model),
-            "tools": {
-                "tool_iters": self.tools.tool_iters,
-                "tool_calls": self.tools.tool_calls,
-                "tool_errors": self.tools.tool_errors,
-                "tool_time_s": self.tools.tool_time_s,
-            },
+            "tools": dataclasses.asdict(self.tools),
             "subagents": [stats_data(c) for c in self.subagents],
             "compaction_pending": self.compaction_pending,
             "continuations": self.continuations,
@@ -169,12 +165,7 @@ class EpisodeCheckpoint:
 
 def _read_segment(d: StrictReader) -> SegmentCheckpoint:
     segment = SegmentCheckpoint(
-        kind=d.text("kind"),
-        opened_by=d.text("opened_by"),
-        closed_by=d.text("closed_by"),
-        status=d.text("status"),
-        name=d.text("name"),
-        trajectory=read_trajectory(d.sub("trajectory")),
+        **d.scalars(SegmentCheckpoint), trajectory=read_trajectory(d.sub("trajectory"))
     )
     d.done()
     return segment

@@ -98,26 +98,25 @@ async def run_episode(
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
     ``abort_signal()`` (slime's abort flag; an :class:`~slime_strands.provider.abort_signal.AbortSignal` shares one
     poller between episodes; ``should_stop`` is its older name) is checked between turns and before tools, and
-    stops running tool calls; when it holds,
-    an ``abort`` answer from the server ends the episode ABORTED instead of being retried, and the record's
-    ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none is captured, for an episode nobody
-    will continue). ``resume`` continues such an episode (one that cannot be restored starts again from the
-    prompt, with a warning). ``hooks`` are added to the agent after slime-strands' own
-    (observers: metrics, benchmarks)."""
+    stops running tool calls; when it holds, an ``abort`` answer from the server ends the episode ABORTED instead
+    of being retried, and the record's ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none
+    is captured, for an episode nobody will continue). ``resume`` continues such an episode (one that cannot be
+    restored starts again from the prompt, with a warning). ``hooks`` are added to the agent after
+    slime-strands' own (observers: metrics, benchmarks)."""
     started = time.perf_counter()
     raise_gc_threshold(settings)
     if tools is None:
         tools = import_tools(settings)
-    signal = _as_abort_signal(abort_signal, should_stop)
-    stopped = signal is not None and signal()
+    abort = _as_abort_signal(abort_signal, should_stop)
+    stopped = abort is not None and abort()
     if stopped and resume is None:
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
     try:
-        episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
+        episode = _build(tokenizer, client, settings, spec, tools, abort, hooks)
         if resume is not None and not _resumed(episode, resume, going_on=not stopped):
             if stopped:  # nothing to keep: the next step starts it from its prompt
                 return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
-            episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
+            episode = _build(tokenizer, client, settings, spec, tools, abort, hooks)
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only

@@ -41,6 +41,9 @@ from slime_strands import (
     TrajectoryError,
 )
 from slime_strands._slime.config import SlimeConfig
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import Termination
+from slime_strands.settings import PluginSettings
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.tool_parsers import HermesToolParser
 
@@ -585,6 +588,25 @@ async def test_retries_exhausted_leave_a_consistent_trajectory(tokenizer):
         assert "SGLangConnectionError" in repr(_root(info.value)) or "failed after 3" in str(info.value)
         check(model, server)
         assert [s.kind for s in model.token_manager.spans] == ["prompt", "generated"]
+
+
+async def test_the_abort_signal_answers_to_its_older_names(tokenizer):
+    """One name on the way down (abort_signal); the older should_stop / abort_expected still work."""
+
+    def flag():
+        return True
+
+    model = SGLangModel(tokenizer=tokenizer, base_url="http://127.0.0.1:9", abort_expected=flag)
+    assert model.config["abort_signal"] is flag and "abort_expected" not in model.config
+    assert model.spawn().config["abort_signal"] is flag, "a sub-agent stops with its parent"
+    with pytest.raises(ValueError, match="not both"):
+        model.update_config(abort_signal=flag, abort_expected=flag)
+    spec = EpisodeSpec(prompt="What is 2+3?", sampling_params={"max_new_tokens": 8})
+    client, settings = SGLangClient("http://127.0.0.1:9"), PluginSettings(tools=())
+    record = await run_episode(tokenizer, client, settings, spec, should_stop=flag)
+    assert record.termination is Termination.ABORTED, "aborted before it began: no request"
+    with pytest.raises(ValueError, match="not both"):
+        await run_episode(tokenizer, client, settings, spec, should_stop=flag, abort_signal=flag)
 
 
 async def test_server_abort_raises_generation_aborted(tokenizer):
