@@ -214,27 +214,59 @@ UNKNOWN_FORMAT = (
 )
 
 
-def test_auto_names_the_choices_when_it_cannot_tell():
+def test_auto_refuses_a_template_whose_calls_no_parser_reads():
+    """A template that renders calls in a format no registered parser reads gets no parser (the tokenizer's
+    special tokens fit hermes and qwen3_coder, but neither reads the calls the template renders); a parser set
+    by name is checked the same way."""
     tok = _with_template("hermes", UNKNOWN_FORMAT)
     with pytest.raises(ConfigurationError) as info:
         SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9")
     message = str(info.value)
-    assert "tool_parser: auto cannot tell" in message and "renders no tool call" in message
+    assert "tool_parser: auto found no parser" in message and "no registered parser reads back" in message
+    assert "[TOOL_CALLS]probe_tool(" in message, "the rendered call is shown"
+    assert "hermes: it finds no tool call" in message and "deepseekv3: it finds no tool call" in message
+    with pytest.raises(
+        ConfigurationError, match="tool_parser 'hermes' cannot read the tool call the chat template"
+    ):
+        SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9", tool_parser="hermes")
+
+
+def test_auto_names_the_choices_when_the_template_renders_no_calls():
+    no_calls = UNKNOWN_FORMAT.replace("{%- for tc in m.tool_calls or [] -%}", "{%- for tc in [] -%}")
+    tok = _with_template("hermes", no_calls)
+    with pytest.raises(ConfigurationError) as info:
+        SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9")
+    message = str(info.value)
+    assert "tool_parser: auto cannot tell" in message and "does not render tool calls" in message
     assert "['hermes', 'qwen3_coder']" in message, "the special tokens fit both <tool_call> formats"
     assert "set tool_parser to one of ['hermes', 'qwen3_coder', 'glm45', 'glm47'" in message
     model = SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9", tool_parser="hermes")
-    assert model.tool_parser.name == "hermes"
+    assert model.tool_parser.name == "hermes", "nothing to check a named parser against"
+
+
+NO_CALLS = (
+    "{{ bos_token }}{%- for m in messages -%}{%- if m.role == 'user' -%}<｜User｜>{{ m.content }}"
+    "{%- elif m.role == 'assistant' -%}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>"
+    "{%- else -%}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<｜Assistant｜>{%- endif -%}"
+)
 
 
 def test_auto_falls_back_to_special_tokens_when_the_template_renders_no_calls():
-    no_calls = (
-        "{{ bos_token }}{%- for m in messages -%}{%- if m.role == 'user' -%}<｜User｜>{{ m.content }}"
-        "{%- elif m.role == 'assistant' -%}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>"
-        "{%- else -%}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>{%- endif -%}{%- endfor -%}"
-        "{%- if add_generation_prompt -%}<｜Assistant｜>{%- endif -%}"
+    kimi = (
+        NO_CALLS.replace("<｜User｜>", "<|im_user|>")
+        .replace("<｜Assistant｜>", "<|im_assistant|>")
+        .replace("<｜end▁of▁sentence｜>", "<|im_end|>")
     )
-    name, why = detect_tool_parser(ChatRenderer(_with_template("deepseekv31", no_calls)))
-    assert name == "deepseekv31" and "special tokens" in why
+    name, why = detect_tool_parser(ChatRenderer(_with_template("kimi_k2", kimi)))
+    assert name == "kimi_k2" and "renders no tool call to check it against" in why and "special tokens" in why
+
+
+def test_special_tokens_two_formats_share_decide_nothing():
+    """DeepSeek-V3 / R1 and DeepSeek-V3.1 write calls with the same special tokens in different formats: a
+    template that renders no call cannot tell them apart (today's auto picked deepseekv31 for an R1 template)."""
+    with pytest.raises(ConfigurationError, match=r"special tokens fit \['deepseekv31', 'deepseekv3'\]"):
+        detect_tool_parser(ChatRenderer(_with_template("deepseekv31", NO_CALLS)))
 
 
 def test_template_that_drops_tool_results_is_refused():
