@@ -261,16 +261,17 @@ def check_incremental(renderer: ChatRenderer) -> bool:
     :meth:`render_continuation` must equal what the full rendering puts after the preceding assistant turn, the
     messages must be shown, the token ids of the pieces must concatenate without boundary drift, and what was
     rendered must stay as it was once later messages follow (the first prompt is how the whole conversation
-    starts, each block is what the whole conversation has there). Templates may rewrite OLDER assistant turns
-    (Qwen3, GLM and DeepSeek drop earlier reasoning): that is allowed, since assistant tokens are never
-    re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them, gpt-oss's shows
+    starts, each block is what the whole conversation has there, up to its last message's body). Templates may
+    rewrite OLDER assistant turns and the markup opening them (Qwen3, GLM and DeepSeek drop earlier reasoning):
+    that is allowed, since assistant tokens are never re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them, gpt-oss's shows
     only the first: the probe then uses one call with two results).
     """
     tools = [PROBE_TOOL]
     conversation, parallel = _conversation_rendered(renderer, tools)
     whole = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
-    start = renderer.render(conversation[: assistant_at[0]], tools=tools, add_generation_prompt=False)
+    first = conversation[: assistant_at[0]]
+    start = _through_last_body(renderer.render(first, tools=tools, add_generation_prompt=False), first)
     if not whole.startswith(start):
         raise TemplateError(
             "the chat template renders the start of a conversation differently once later messages follow "
@@ -319,8 +320,11 @@ def _check_block(
     for shown in new:
         if shown["content"] not in got:
             raise TemplateError(f"the chat template does not show the {shown['role']} message {got!r}")
-    settled = renderer.continuation_after(
-        renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=False), markers
+    settled = _through_last_body(
+        renderer.continuation_after(
+            renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=False), markers
+        ),
+        new,
     )
     later = renderer.continuation_after(whole, markers)
     if not later.startswith(settled):
@@ -334,6 +338,15 @@ def _check_block(
         raise TemplateError(
             "tokenizing the template's pieces separately differs from tokenizing them together"
         )
+
+
+def _through_last_body(text: str, messages: Sequence[Mapping[str, Any]]) -> str:
+    """``text`` up to the end of the last message's body: what follows it opens the next assistant turn, which
+    a template may write differently once the turn is history (GLM-4.7's and DeepSeek-V3.2's ``<think>`` becomes
+    ``</think>`` when the reasoning is dropped; Hermes-3's newline after a tool result)."""
+    body = str(messages[-1].get("content") or "")
+    at = text.rfind(body) if body else -1
+    return text[: at + len(body)] if at >= 0 else text
 
 
 def _mismatch(expected: str, got: str) -> str:

@@ -8,12 +8,13 @@ Format facts (Mistral's chat templates; SGLang's ``mistral`` detector reads the 
 the array holds objects with a ``name`` string and an ``arguments`` object (Nemo's template adds the call's
 9-character ``id``, kept as the call id the template shows again); the ``[ARGS]`` form writes the name, an
 optional ``[CALL_ID]`` and id, then the arguments object. Reasoning models (Magistral, Ministral 3 Reasoning)
-think between ``[THINK]`` and ``[/THINK]``. Anything after the calls but another call is an error.
+think between ``[THINK]`` and ``[/THINK]``. Anything after a call but the next ``[TOOL_CALLS]`` is an error.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from ._arguments import json_call, json_error, json_object
 from .base import MalformedCall, ToolCall, ToolParser, ToolSchemas, clip
@@ -23,10 +24,11 @@ __all__ = ["MistralToolParser"]
 _MARKER = "[TOOL_CALLS]"
 _ARGS = "[ARGS]"
 _CALL_ID = "[CALL_ID]"
+_ARRAY = re.compile(r"\s*\[\s*[{\]]")
 
 
 class MistralToolParser(ToolParser):
-    """Strict parser for both Mistral forms; a malformed call ends the calls (what follows it is not read)."""
+    """Strict parser for both Mistral forms: each ``[TOOL_CALLS]`` starts a call (or an array) of its own."""
 
     name = "mistral"
     family = "Mistral (7B v0.3, Nemo, Small 3.x, Devstral, Magistral)"
@@ -42,11 +44,8 @@ class MistralToolParser(ToolParser):
         if not _:
             return text.strip(), []
         calls: list[ToolCall | MalformedCall] = []
-        for piece in rest.split(_MARKER):
-            read = _array(piece) if piece.lstrip().startswith("[") else [_compact(piece)]
-            calls += read
-            if any(isinstance(c, MalformedCall) for c in read):
-                break
+        for piece in rest.split(_MARKER):  # each marker starts a call of its own
+            calls += _array(piece) if _ARRAY.match(piece) else [_compact(piece)]
         return content.strip(), calls
 
 

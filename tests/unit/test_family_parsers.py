@@ -383,15 +383,24 @@ def test_llama3_malformed(action, kind, message):
     assert error.kind == kind and message in error.message
 
 
+# (the text that opens a section of calls, the text that opens one call) per format
+HOSTILE_OPENERS = {
+    "qwen3_coder": ("", "<tool_call>"),
+    "glm45": ("", "<tool_call>"),
+    "glm47": ("", "<tool_call>"),
+    "kimi_k2": ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+    "deepseekv31": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"),
+    "deepseekv3": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"),
+    "deepseekv32": ("<｜DSML｜function_calls>", '<｜DSML｜invoke name="'),
+    "minimax-m2": ("<minimax:tool_call>", '<invoke name="'),
+    "mistral": ("", "[TOOL_CALLS]"),
+    "gpt-oss": ("", "<|start|>assistant<|channel|>commentary to=functions.add"),
+}
+
+
 @pytest.mark.timeout(10)  # a hang guard for hostile markup
-@pytest.mark.parametrize("name", ["qwen3_coder", "glm45", "glm47", "kimi_k2", "deepseekv31"])
+@pytest.mark.parametrize("name", sorted(HOSTILE_OPENERS))
 def test_thousands_of_tags_stay_linear(name):
-    parser = get_tool_parser(name)
-    opener = {"kimi_k2": "<|tool_call_begin|>", "deepseekv31": "<｜tool▁call▁begin｜>"}.get(
-        name, "<tool_call>"
-    )
-    section = {"kimi_k2": "<|tool_calls_section_begin|>", "deepseekv31": "<｜tool▁calls▁begin｜>"}.get(
-        name, ""
-    )
-    calls = parser.parse(section + opener * 20_000).calls
+    section, opener = HOSTILE_OPENERS[name]
+    calls = get_tool_parser(name).parse(section + opener * 20_000).calls
     assert calls and all(isinstance(c, MalformedCall) for c in calls)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from family_kit import FAMILIES, TEMPLATES, family_tokenizer
+from family_kit import FAMILIES, SUPPORTED, TEMPLATES, family_tokenizer
 
 from slime_strands import SGLangModel
 from slime_strands.cli.checks import check_template
@@ -26,6 +26,11 @@ EXPECTED = {
     "glm47": ("next role tag", ("<|user|>", "<|observation|>"), "<|assistant|><think>", "mapping"),
     "kimi_k2": ("closing token", ("<|im_end|>",), "<|im_assistant|>assistant<|im_middle|>", "mapping"),
     "deepseekv31": ("closing token", ("<｜end▁of▁sentence｜>",), "<｜Assistant｜></think>", "json"),
+    # DeepSeek-V3 / V3.2: the user turn writes "<｜Assistant｜>" (V3.2: and "</think>" / "<think>") itself
+    "deepseekv3": ("closing token", ("<｜end▁of▁sentence｜>",), "", "json"),
+    "deepseekv32": ("closing token", ("<｜end▁of▁sentence｜>",), "", "mapping"),
+    "minimax-m2": ("closing token", ("[e~[",), "]~b]ai\n<think>\n", "mapping"),
+    "mistral": ("closing token", ("</s>",), "", "mapping"),
     "llama3": (
         "closing token",
         ("<|eot_id|>",),
@@ -45,12 +50,16 @@ END_TOKENS = {
     "glm47": ("<|endoftext|>",),
     "kimi_k2": ("<|eom_id|>",),
     "deepseekv31": (),
+    "deepseekv3": (),
+    "deepseekv32": (),
+    "minimax-m2": (),
+    "mistral": ("<|eom_id|>",),  # Mistral's test tokenizer is Llama 3's with Mistral's tokens added
     "llama3": ("<|eom_id|>", "<|end_of_text|>"),
 }
 
 
 @pytest.mark.parametrize("enable_thinking", [None, True, False])
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", SUPPORTED)
 def test_probe_and_detection_for_every_family(name, enable_thinking):
     tok = family_tokenizer(name)
     renderer = ChatRenderer(tok, enable_thinking=enable_thinking, probe=False)
@@ -76,6 +85,9 @@ def test_probe_and_detection_for_every_family(name, enable_thinking):
         ("glm47", False, False),
         ("deepseekv31", True, True),
         ("deepseekv31", False, False),
+        ("deepseekv32", True, True),
+        ("deepseekv32", False, False),
+        ("minimax-m2", None, True),
     ],
 )
 def test_generation_prompts_that_open_or_close_reasoning(name, enable_thinking, opens):
@@ -296,23 +308,25 @@ def test_model_config_extends_strands_base_config():
     assert model.context_window_limit == 4096, "Strands reads the window the model was given"
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", SUPPORTED)
 def test_check_template_report(name):
     report = check_template(family_tokenizer(name), None)
-    assert report.usable and report.parser == name and report.family == FAMILIES_DESCRIPTION[name]
+    assert report.usable and report.parser == name and report.family == FAMILIES[name].family
     text = "\n".join(report.lines())
     assert f"tool parser: {name}" in text and "token-in/token-out: safe" in text
 
 
-FAMILIES_DESCRIPTION = {
-    "hermes": "Qwen2.5 / Qwen3 / Hermes",
-    "qwen3_coder": "Qwen3-Coder / Qwen3.5 / Qwen3.6",
-    "glm45": "GLM-4.5 / GLM-4.6",
-    "glm47": "GLM-4.7 / GLM-5",
-    "kimi_k2": "Kimi-K2 / Kimi-K2-Thinking",
-    "deepseekv31": "DeepSeek-V3.1",
-    "llama3": "Llama 3.1 / 3.2 / 3.3",
-}
+REFUSED = sorted(name for name, family in FAMILIES.items() if family.refused)
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_refused_family_is_refused_at_start_with_its_reason(name):
+    """Its parser is still detected from the template; the model refuses the template when it is built."""
+    family, tok = FAMILIES[name], family_tokenizer(name)
+    report = check_template(tok, None)
+    assert not report.usable and report.parser == name and family.refused in (report.reason or "")
+    with pytest.raises(TemplateError, match=family.refused):
+        SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9")
 
 
 OBSERVATION_ROLE = (  # ChatGLM3-style: tool results are messages of role "observation"
