@@ -255,6 +255,7 @@ END_OF_SEQUENCE_CASES = [
     ("hermes", "<|endoftext|>"),
     ("kimi_k2", "<|eom_id|>"),
     ("llama3", "<|end_of_text|>"),
+    ("mistral", "<|eom_id|>"),
     ("qwen3_coder", "<|endoftext|>"),
 ]
 
@@ -354,18 +355,20 @@ async def test_call_inside_reasoning_is_not_executed(family, tok):
 
 
 async def test_length_finish(family, tok):
-    long = Turn(content="word " * 200)
-    with _server(family, tok, family.call_turn(Call("add", {"a": 2, "b": 3})), long) as server:
-        model = make_model(tok, server, params={"max_new_tokens": 40})
+    call = family.call_turn(Call("add", {"a": 2, "b": 3}))
+    limit = max(40, len(tok.encode(family.text(call), add_special_tokens=False)) + 1)  # the call turn fits
+    long = Turn(content="word " * 400)
+    with _server(family, tok, call, long) as server:
+        model = make_model(tok, server, params={"max_new_tokens": limit})
         agent = make_agent(model, [add])
         with pytest.raises(MaxTokensReachedException):
             await agent.invoke_async("What is 2+3?")
         _check(model, server)
         last = model.token_manager.spans[-1]
-        assert last.kind == "generated" and len(last) == 40 and last.info.finish_reason == "length"
+        assert last.kind == "generated" and len(last) == limit and last.info.finish_reason == "length"
         assert not set(last.token_ids) & {tok.convert_tokens_to_ids(t) for t in end_tokens(family, tok)}
-        # The partial message Strands keeps is the text of ALL 40 tokens: none ended the turn, none is dropped.
-        (block,) = agent.messages[-1]["content"]
+        # The partial message Strands keeps is the text of ALL its tokens: none ended the turn, none is dropped.
+        (block,) = [b for b in agent.messages[-1]["content"] if "text" in b]
         decoded = tok.decode(list(last.token_ids))
         assert decoded.endswith(block["text"]) and block["text"].count("word") == decoded.count("word") > 0
 
