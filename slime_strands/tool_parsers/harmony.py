@@ -52,6 +52,7 @@ class GptOssToolParser(ToolParser):
     name = "gpt-oss"
     family = "gpt-oss"
     markers = ("<|channel|>", "<|message|>", "<|call|>")
+    turn_starts = ("<|channel|>final<|message|>",)
 
     def parse(
         self, text: str, *, starts_in_reasoning: bool = False, tools: ToolSchemas | None = None

@@ -123,6 +123,7 @@ class MinimaxM2ToolParser(InvokeToolParser):
     name = "minimax-m2"
     family = "MiniMax-M2 / MiniMax-M2.1"
     markers = ("<minimax:tool_call>", "</minimax:tool_call>")
+    turn_starts = ("]~b]ai",)
     block_open = "<minimax:tool_call>"
     block_close = "</minimax:tool_call>"
     parameter_head = re.compile(r'<parameter name="([^"<>]*)">')
@@ -134,6 +135,7 @@ class DeepSeekV32ToolParser(InvokeToolParser):
     name = "deepseekv32"
     family = "DeepSeek-V3.2"
     markers = ("｜DSML｜",)
+    turn_starts = ("<｜Assistant｜>", "</function_results>")
     prefix = "｜DSML｜"
     block_open = "<｜DSML｜function_calls>"
     block_close = "</｜DSML｜function_calls>"

@@ -33,6 +33,7 @@ class MistralToolParser(ToolParser):
     name = "mistral"
     family = "Mistral (7B v0.3, Nemo, Small 3.x, Devstral, Magistral)"
     markers = (_MARKER,)
+    turn_starts = ("[/INST]", "[/TOOL_RESULTS]")
     think_open = "[THINK]"
     think_close = "[/THINK]"
 

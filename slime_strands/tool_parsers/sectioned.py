@@ -134,6 +134,7 @@ class KimiK2ToolParser(SectionedToolParser):
     name = "kimi_k2"
     family = "Kimi-K2 / Kimi-K2-Thinking"
     markers = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>")
+    turn_starts = ("<|im_assistant|>assistant<|im_middle|>",)
     section_open = "<|tool_calls_section_begin|>"
     section_close = "<|tool_calls_section_end|>"
     call_open = "<|tool_call_begin|>"
@@ -154,6 +155,7 @@ class DeepSeekV31ToolParser(SectionedToolParser):
     name = "deepseekv31"
     family = "DeepSeek-V3.1"
     markers = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>")
+    turn_starts = ("<｜Assistant｜>", "<｜tool▁output▁end｜>")  # the model answers right after a tool output
     section_open = "<｜tool▁calls▁begin｜>"
     section_close = "<｜tool▁calls▁end｜>"
     call_open = "<｜tool▁call▁begin｜>"
@@ -166,6 +168,7 @@ class DeepSeekV3ToolParser(DeepSeekV31ToolParser):
 
     name = "deepseekv3"
     family = "DeepSeek-V3 / DeepSeek-R1"
+    turn_starts = ("<｜Assistant｜>", "<｜tool▁outputs▁end｜>")
     header_format = "the call type 'function'"
     _FENCE_OPEN, _FENCE_CLOSE = "```json\n", "\n```"
 
