@@ -443,7 +443,7 @@ def _tool_role(renderer: ChatRenderer, as_json: bool) -> str:
             continue
         if result in rendered:
             return role
-    if len(errors) == len(_TOOL_ROLES):
+    if errors:  # raised for a role and showed none of the others
         raise TemplateError(
             f"the chat template cannot render a tool result after the call it answers: {errors[0]}"
         )
