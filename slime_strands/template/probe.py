@@ -4,15 +4,18 @@
   message's role tag, as GLM), its generation prompt, the role it renders tool results for, whether tool-call
   ``arguments`` must be a JSON string, and the model's end-of-sequence tokens (:func:`end_of_sequence_ids`);
 * :func:`check_incremental`: that rendering only the new messages reproduces the full rendering, token for token,
-  for a conversation with parallel tool calls, their results and a follow-up user turn;
+  for a conversation with parallel tool calls, their results, a second round of calls right after them and a
+  follow-up user turn, and that nothing already rendered is rendered differently once later messages follow;
 * :func:`detect_tool_parser`: which registered tool parser reads back a known call as the template renders it
-  (``tool_parser: auto``), else the one whose special tokens the tokenizer has, else a ConfigurationError naming
-  the choices.
+  (``tool_parser: auto``), else (a template that renders no call) the one whose special tokens the tokenizer
+  has, else a ConfigurationError naming the choices. A template that renders a call no parser reads is refused.
 
-Every check renders the same probe tool (:data:`PROBE_TOOL`) and base conversation (:func:`base_conversation`,
-which incremental rendering also renders after). :class:`~slime_strands.template.render.ChatRenderer` asks for
-the facts once per tokenizer, template and variables; the detected parser is kept per tokenizer the same way
-(``_per_tokenizer.py``).
+Every check renders the way the agent does: with tools (the probe tool, :data:`PROBE_TOOL`), call ids of the
+agent's shape, and every tool result after an assistant turn that called it (templates such as MiniMax-M2's and
+gpt-oss's raise on a result no call precedes). A tokenizer whose ``chat_template`` is a dict of named templates
+is rendered by transformers' rule: ``tool_use`` when tools are given (the agent's case), else ``default``.
+:class:`~slime_strands.template.render.ChatRenderer` asks for the facts once per tokenizer, template and
+variables; the detected parser is kept per tokenizer the same way (``_per_tokenizer.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,9 +46,11 @@ __all__ = [
     "detect_tool_parser",
     "end_of_sequence_ids",
     "json_arguments",
+    "render_after_base",
     "render_assistant_turn",
     "rendered_call_turn",
     "select_tool_parser",
+    "template_key",
     "why_unread",
 ]
 
@@ -54,6 +59,9 @@ logger = logging.getLogger(__name__)
 _BASE_USER = "Base question for incremental rendering."
 BASE_ASSISTANT = "Base answer 7f3a9c for incremental rendering."
 """The content of the base conversation's assistant turn: a continuation is what the template renders after it."""
+_BASE_TOOL = "base_tool_5b2e"
+"""The name of the base turn's calls (a template that shows it with the results cannot be rendered incrementally)."""
+_BASE_NOTE = "base call 5b2e"
 _TOOL_ROLES = ("tool", "ipython", "observation")
 _PROBE_SYSTEM = "You are a probe."
 _QUESTION = "Which format 6d0b?"
@@ -90,17 +98,88 @@ class TemplateFacts:
     """End tokens that close a turn in place of the template's closing token (Llama 3's ``<|eom_id|>``)."""
 
 
-def base_conversation(system: str | None) -> list[dict[str, Any]]:
+def template_key(tokenizer: Any) -> Hashable:
+    """The tokenizer's chat template as a cache key: the text, or the items of a dict of named templates."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, Mapping):
+        return tuple(sorted((str(name), str(text)) for name, text in template.items()))
+    return template
+
+
+# -- the base conversation: what new messages are rendered after ------------------------------------------
+
+
+def base_conversation(
+    system: str | None, results: Sequence[Mapping[str, Any]] = (), *, as_json: bool = False
+) -> list[dict[str, Any]]:
     """A user question and an assistant answer (after ``system`` when given): the fixed conversation new
-    messages are rendered after, so that only what follows its assistant turn is new."""
-    base: list[dict[str, Any]] = [
-        {"role": "user", "content": _BASE_USER},
-        {"role": "assistant", "content": BASE_ASSISTANT},
-    ]
+    messages are rendered after, so that only what follows its assistant turn is new. With tool ``results`` to
+    follow, the answer calls one tool per result (the ids the results name; ``as_json``: arguments as a JSON
+    string), as in any real conversation."""
+    answer: dict[str, Any] = {"role": "assistant", "content": BASE_ASSISTANT}
+    if results:
+        calls = [_base_call(result, i) for i, result in enumerate(results)]
+        answer["tool_calls"] = [json_arguments(c) for c in calls] if as_json else calls
+    base: list[dict[str, Any]] = [{"role": "user", "content": _BASE_USER}, answer]
     return [{"role": "system", "content": system}, *base] if system else base
 
 
-# -- the probe tool: every check renders this one --------------------------------------------------------
+def _base_call(result: Mapping[str, Any], index: int) -> dict[str, Any]:
+    call_id = result.get("tool_call_id")
+    name = result.get("name")
+    return {
+        "id": call_id if isinstance(call_id, str) and call_id else f"call_base{index}",
+        "type": "function",
+        "function": {
+            "name": name if isinstance(name, str) and name else _BASE_TOOL,
+            "arguments": {"note": _BASE_NOTE},
+        },
+    }
+
+
+def _leading_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The tool results ``messages`` start with (the ones an assistant turn's calls are answered by)."""
+    results = []
+    for message in messages:
+        if message.get("role") not in _TOOL_ROLES:
+            break
+        results.append(message)
+    return results
+
+
+def render_after_base(
+    renderer: ChatRenderer,
+    new_messages: Sequence[Mapping[str, Any]],
+    system: str | None,
+    tools: Sequence[Mapping[str, Any]] | None,
+) -> tuple[str, list[str]]:
+    """The template's rendering of ``new_messages`` after the base conversation (generation prompt included),
+    and the markers of the base assistant turn (what a continuation starts after).
+
+    Tool results follow a base turn that calls them. A template that renders one call per turn (Llama 3.2's)
+    refuses a turn with several: it gets them after a turn without calls, as a template that does not tie
+    results to calls renders them the same either way."""
+    results = _leading_results(new_messages)
+    if not results:
+        full = renderer.render(
+            [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
+        )
+        return full, [BASE_ASSISTANT]
+    try:
+        base = base_conversation(system, results)
+        full = renderer.render([*base, *new_messages], tools=tools, add_generation_prompt=True)
+        return full, [BASE_ASSISTANT, _BASE_NOTE]
+    except TemplateError as with_calls:
+        try:
+            full = renderer.render(
+                [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
+            )
+        except TemplateError:
+            raise with_calls from None
+        return full, [BASE_ASSISTANT]
+
+
+# -- the probe tool and conversation: every check renders these ------------------------------------------
 
 
 PROBE_TOOL: dict[str, Any] = {
@@ -118,14 +197,28 @@ PROBE_TOOL: dict[str, Any] = {
 
 
 def _probe_call(n: int) -> dict[str, Any]:
+    """Call ``n`` of the probe, with an id of the agent's shape (``call_`` and 24 hex digits)."""
     return {
-        "id": f"functions.probe_tool:{n}",
+        "id": f"call_{n:024x}",
         "type": "function",
         "function": {"name": "probe_tool", "arguments": {"x": n + 1, "note": f"probe call {n} e2c4"}},
     }
 
 
+def _written_call(n: int) -> dict[str, Any]:
+    """Call ``n`` as a model writes it: with its own id where the format has one (Kimi-K2's ``functions.NAME:IDX``,
+    which the template shows back), for the turn a parser must read."""
+    return {**_probe_call(n), "id": f"functions.probe_tool:{n}"}
+
+
+def _result(content: str, call: int) -> dict[str, Any]:
+    return {"role": "tool", "content": content, "tool_call_id": _probe_call(call)["id"]}
+
+
 def _probe_conversation(calls: int) -> list[dict[str, Any]]:
+    """A warm-up answer, ``calls`` parallel calls and two results, a second call right after them (an agent's
+    next step), an interim answer, a follow-up question and a final answer."""
+    second = calls  # the index of the second round's call
     return [
         {"role": "system", "content": _PROBE_SYSTEM},
         {"role": "user", "content": "Warm-up probe question?"},  # shifts every later block's position
@@ -136,11 +229,13 @@ def _probe_conversation(calls: int) -> list[dict[str, Any]]:
             "content": "Calling probe A1.",
             "tool_calls": [_probe_call(n) for n in range(calls)],
         },
-        {"role": "tool", "content": "probe result one", "tool_call_id": "functions.probe_tool:0"},
-        {"role": "tool", "content": "probe result two", "tool_call_id": f"functions.probe_tool:{calls - 1}"},
-        {"role": "assistant", "content": "Interim probe answer A2."},
+        _result("probe result one", 0),
+        _result("probe result two", calls - 1),
+        {"role": "assistant", "content": "Calling again A2.", "tool_calls": [_probe_call(second)]},
+        _result("probe result three", second),
+        {"role": "assistant", "content": "Interim probe answer A3."},
         {"role": "user", "content": "Second probe question?"},
-        {"role": "assistant", "content": "Final probe answer A3."},
+        {"role": "assistant", "content": "Final probe answer A4."},
     ]
 
 
@@ -156,67 +251,156 @@ _PROBE_ARGUMENTS = _probe_call(0)["function"]["arguments"]
 _PROBE_SCHEMAS = {"probe_tool": PROBE_TOOL["function"]["parameters"]}
 
 
-# -- the template's facts --------------------------------------------------------------------------------
+# -- incremental rendering ---------------------------------------------------------------------------------
 
 
 def check_incremental(renderer: ChatRenderer) -> bool:
     """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError.
 
-    Walks a conversation (warm-up turn, parallel tool calls, their results, an interim answer, a follow-up
-    user turn): every non-assistant block rendered with :meth:`render_continuation` must equal what the
-    full rendering puts after the preceding assistant turn, the tool results must be shown, and the token
-    ids of the pieces must concatenate without boundary drift. Templates may rewrite OLDER assistant turns
-    (Qwen3, GLM and DeepSeek drop earlier reasoning): that is allowed, since assistant tokens are never
-    re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them: the probe
-    then uses one call with two results).
+    Walks the probe conversation (:func:`_probe_conversation`): every non-assistant block rendered with
+    :meth:`render_continuation` must equal what the full rendering puts after the preceding assistant turn, the
+    messages must be shown, the token ids of the pieces must concatenate without boundary drift, and what was
+    rendered must stay as it was once later messages follow (the first prompt is how the whole conversation
+    starts, each block is what the whole conversation has there, up to its last message's body). Templates may
+    rewrite OLDER assistant turns and the markup opening them (Qwen3, GLM and DeepSeek drop earlier reasoning):
+    that is allowed, since assistant tokens are never re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them, gpt-oss's shows
+    only the first: the probe then uses one call with two results).
     """
     tools = [PROBE_TOOL]
-    parallel = True
-    conversation = _probe_conversation(calls=2)
-    try:
-        renderer.render(conversation, tools=tools, add_generation_prompt=False)
-    except TemplateError:
-        parallel = False
-        conversation = _probe_conversation(calls=1)
+    conversation, parallel = _conversation_rendered(renderer, tools)
+    whole = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+    first = conversation[: assistant_at[0]]
+    start = _through_last_body(renderer.render(first, tools=tools, add_generation_prompt=False), first)
+    if not whole.startswith(start):
+        raise TemplateError(
+            "the chat template renders the start of a conversation differently once later messages follow "
+            f"(the first prompt is {_around(start, whole)}): the prompt the model saw would not be the template's"
+        )
     for i, block_end in itertools.pairwise(assistant_at):
-        message = conversation[i]
-        markers = [message["content"]] + [
-            c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
-        ]
-        full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
-        expected = renderer.continuation_after(full, markers)
-        got = renderer.render_continuation(conversation[i + 1 : block_end], system=_PROBE_SYSTEM, tools=tools)
-        if got != expected and not _closed_in_place(renderer, expected, got):
-            raise TemplateError(
-                "incremental rendering does not reproduce the chat template's full rendering: "
-                f"expected {expected!r}, rendered {got!r}"
-            )
-        for shown in conversation[i + 1 : block_end]:
-            if shown["content"] not in got:
-                raise TemplateError(f"the chat template does not show the {shown['role']} message {got!r}")
-        cut = len(full) - len(expected)
-        if renderer.encode(full[:cut]) + renderer.encode(full[cut:]) != renderer.encode(full):
-            raise TemplateError(
-                "tokenizing the template's pieces separately differs from tokenizing them together"
-            )
+        _check_block(renderer, conversation, (i, block_end), whole, tools)
     return parallel
 
 
+def _conversation_rendered(
+    renderer: ChatRenderer, tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], bool]:
+    """The probe conversation with parallel calls when the template renders them all, else with one call."""
+    conversation = _probe_conversation(calls=2)
+    try:
+        rendered = renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    except TemplateError:
+        rendered = ""
+    if all(_probe_call(n)["function"]["arguments"]["note"] in rendered for n in range(2)):
+        return conversation, True
+    conversation = _probe_conversation(calls=1)
+    renderer.render(conversation, tools=tools, add_generation_prompt=False)  # raises the template's reason
+    return conversation, False
+
+
+def _check_block(
+    renderer: ChatRenderer,
+    conversation: list[dict[str, Any]],
+    span: tuple[int, int],
+    whole: str,
+    tools: list[dict[str, Any]],
+) -> None:
+    """The checks of :func:`check_incremental` for the messages between the assistant turns at ``span``."""
+    i, block_end = span
+    message = conversation[i]
+    markers = [message["content"]] + [
+        c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
+    ]
+    new = conversation[i + 1 : block_end]
+    full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
+    expected = renderer.continuation_after(full, markers)
+    got = renderer.render_continuation(new, system=_PROBE_SYSTEM, tools=tools)
+    if got != expected and not _closed_in_place(renderer, expected, got):
+        raise TemplateError(_mismatch(expected, got))
+    for shown in new:
+        if shown["content"] not in got:
+            raise TemplateError(f"the chat template does not show the {shown['role']} message {got!r}")
+    settled = _through_last_body(
+        renderer.continuation_after(
+            renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=False), markers
+        ),
+        new,
+    )
+    later = renderer.continuation_after(whole, markers)
+    if not later.startswith(settled):
+        roles = " and ".join(sorted({m["role"] for m in new}))
+        raise TemplateError(
+            f"the chat template renders {roles} messages differently once a later message follows them "
+            f"({_around(settled, later)}): the prompt the model saw would not be the template's"
+        )
+    cut = len(full) - len(expected)
+    if renderer.encode(full[:cut]) + renderer.encode(full[cut:]) != renderer.encode(full):
+        raise TemplateError(
+            "tokenizing the template's pieces separately differs from tokenizing them together"
+        )
+
+
+def _through_last_body(text: str, messages: Sequence[Mapping[str, Any]]) -> str:
+    """``text`` up to the end of the last message's body: what follows it opens the next assistant turn, which
+    a template may write differently once the turn is history (GLM-4.7's and DeepSeek-V3.2's ``<think>`` becomes
+    ``</think>`` when the reasoning is dropped; Hermes-3's newline after a tool result)."""
+    body = str(messages[-1].get("content") or "")
+    at = text.rfind(body) if body else -1
+    return text[: at + len(body)] if at >= 0 else text
+
+
+def _mismatch(expected: str, got: str) -> str:
+    if _BASE_TOOL in got and _BASE_TOOL not in expected:
+        return (
+            "the chat template shows the name of the called function with each tool result (rendered "
+            f"{got!r}, the conversation has {expected!r}): incremental rendering renders new messages after a "
+            "fixed conversation and cannot know which function they answer"
+        )
+    return (
+        "incremental rendering does not reproduce the chat template's full rendering: "
+        f"expected {expected!r}, rendered {got!r}"
+    )
+
+
+def _around(first: str, second: str) -> str:
+    """Where ``second`` stops following ``first``: the text of both from shortly before that point."""
+    at = next(
+        (n for n, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
+        min(len(first), len(second)),
+    )
+    return f"{first[max(0, at - 40) : at + 40]!r} where the later rendering has {second[max(0, at - 40) : at + 40]!r}"
+
+
+def _closed_in_place(renderer: ChatRenderer, expected: str, got: str) -> bool:
+    """``expected`` is ``got`` with its closing token written as one that closes in its place (Llama 3.1's
+    template renders ``<|eom_id|>`` after a tool call in ipython mode; a continuation starts at ``<|eot_id|>``
+    and drops it after a turn that ended on ``<|eom_id|>``)."""
+    closing = renderer.end_of_turn
+    return got.startswith(closing) and any(
+        expected.startswith(t) and expected[len(t) :] == got[len(closing) :]
+        for t in renderer.closing_in_place_texts
+    )
+
+
+# -- the template's facts --------------------------------------------------------------------------------
+
+
 def detect_facts(renderer: ChatRenderer) -> TemplateFacts:
-    """Stop tokens, generation prompt, tool role and arguments type, found by rendering small conversations."""
-    tool_role = _tool_role(renderer)
+    """Stop tokens, generation prompt, tool role and arguments type, found by rendering small conversations
+    (with the probe tool, as the agent renders with its tools)."""
+    tools = [PROBE_TOOL]
+    arguments = _arguments_type(renderer)
+    tool_role = _tool_role(renderer, arguments == "json")
     stop_tokens = tuple(
         dict.fromkeys(
-            _token_after_base_turn(renderer, follow)
-            for follow in (
-                {"role": "user", "content": "Marker follow-up?"},
-                {"role": tool_role, "content": "42"},
+            (
+                _token_after_base_turn(renderer, [{"role": "user", "content": "Marker follow-up?"}], False),
+                _token_after_base_turn(renderer, [{"role": tool_role, "content": "42"}], arguments == "json"),
             )
         )
     )
     user = [{"role": "user", "content": _BASE_USER}]
-    bare, prompted = renderer.apply(user, None, False), renderer.apply(user, None, True)
+    bare, prompted = renderer.apply(user, tools, False), renderer.apply(user, tools, True)
     turn_end: TurnEnd = "closing token" if len(stop_tokens) == 1 else "next role tag"
     end_tokens = _end_tokens(renderer, stop_tokens)
     closing = stop_tokens[0] if turn_end == "closing token" else None
@@ -225,7 +409,7 @@ def detect_facts(renderer: ChatRenderer) -> TemplateFacts:
         stop_token_ids=tuple(_single_token_id(renderer, t) for t in stop_tokens),
         turn_end=turn_end,
         generation_prompt=prompted[len(bare) :] if prompted.startswith(bare) else "",
-        arguments_as=_arguments_type(renderer),
+        arguments_as=arguments,
         tool_role=tool_role,
         end_tokens=tuple(end_tokens),
         end_token_ids=tuple(end_tokens.values()),
@@ -246,32 +430,60 @@ def _end_tokens(renderer: ChatRenderer, stop_tokens: Sequence[str]) -> dict[str,
     return found
 
 
-def _tool_role(renderer: ChatRenderer) -> str:
-    """The first of ``tool`` / ``ipython`` / ``observation`` whose messages the template shows."""
+def _tool_role(renderer: ChatRenderer, as_json: bool) -> str:
+    """The first of ``tool`` / ``ipython`` / ``observation`` whose messages the template shows (after a turn
+    that called the tool, or without one where the template raises on that)."""
     errors = []
     result = "Tool result 4b7e for detection."
     for role in _TOOL_ROLES:
         try:
-            rendered = renderer.apply(
-                [*base_conversation(None), {"role": role, "content": result}], None, True
-            )
+            rendered, _ = _after_base(renderer, [{"role": role, "content": result}], as_json)
         except TemplateError as exc:
             errors.append(exc)
             continue
         if result in rendered:
             return role
-    if len(errors) == len(_TOOL_ROLES):
-        raise errors[0]
+    if errors:  # raised for a role and showed none of the others
+        raise TemplateError(
+            f"the chat template cannot render a tool result after the call it answers: {errors[0]}"
+        )
     raise TemplateError(f"the chat template does not render tool results (tried roles {list(_TOOL_ROLES)})")
 
 
-def _token_after_base_turn(renderer: ChatRenderer, follow: Mapping[str, Any]) -> str:
-    """The special token the template writes right after an assistant turn when ``follow`` comes next."""
-    rendered = renderer.apply([*base_conversation(None), follow], None, True)
-    at = rendered.rfind(BASE_ASSISTANT)
-    if at < 0:
-        raise TemplateError("the chat template dropped the assistant's content")
-    tail = rendered[at + len(BASE_ASSISTANT) :]
+def _after_base(
+    renderer: ChatRenderer, follow: list[dict[str, Any]], as_json: bool
+) -> tuple[str, list[dict[str, Any]] | None]:
+    """``follow`` rendered after the base conversation (the facts are not known yet: messages as they are),
+    with the base turn that the template accepts: without calls, else (results a call must precede) calling
+    them. Returns the rendering and the base turn's calls (None without)."""
+    tools = [PROBE_TOOL]
+    try:
+        return renderer.apply([*base_conversation(None), *follow], tools, True), None
+    except TemplateError:
+        results = _leading_results(follow)
+        if not results:
+            raise
+        base = base_conversation(None, results, as_json=as_json)
+        return renderer.apply([*base, *follow], tools, True), base
+
+
+def _token_after_base_turn(renderer: ChatRenderer, follow: list[dict[str, Any]], as_json: bool) -> str:
+    """The special token the template writes right after an assistant turn when ``follow`` comes next: right
+    after its content, or for a turn that must call the tools (see :func:`_after_base`) the last token of the
+    turn as the template renders it last (``[e~[`` of MiniMax-M2, ``<|call|>`` of gpt-oss), else the token
+    that follows it."""
+    rendered, base = _after_base(renderer, follow, as_json)
+    if base is None:
+        at = rendered.rfind(BASE_ASSISTANT)
+        if at < 0:
+            raise TemplateError("the chat template dropped the assistant's content")
+        tail = rendered[at + len(BASE_ASSISTANT) :]
+    else:
+        alone = renderer.apply(base, [PROBE_TOOL], False).rstrip()
+        last = next((t for t in renderer.special_tokens if alone.endswith(t)), None)
+        if last is not None and rendered.startswith(alone):
+            return last
+        tail = rendered[len(alone) :] if rendered.startswith(alone) else ""
     lead = next((t for t in renderer.special_tokens if tail.startswith(t)), None)
     if lead is None:
         raise TemplateError(
@@ -293,19 +505,11 @@ def _arguments_type(renderer: ChatRenderer) -> Literal["mapping", "json"]:
         try:
             renderer.apply([user, as_json], [PROBE_TOOL], False)
         except TemplateError:
-            raise mapping_error from None
+            raise TemplateError(
+                f"the chat template refuses an assistant turn that calls a tool (call id {call['id']!r}, the "
+                f"shape of the agent's ids; arguments as a mapping or a JSON string): {mapping_error}"
+            ) from None
         return "json"
-
-
-def _closed_in_place(renderer: ChatRenderer, expected: str, got: str) -> bool:
-    """``expected`` is ``got`` with its closing token written as one that closes in its place (Llama 3.1's
-    template renders ``<|eom_id|>`` after a tool call in ipython mode; a continuation starts at ``<|eot_id|>``
-    and drops it after a turn that ended on ``<|eom_id|>``)."""
-    closing = renderer.end_of_turn
-    return got.startswith(closing) and any(
-        expected.startswith(t) and expected[len(t) :] == got[len(closing) :]
-        for t in renderer.closing_in_place_texts
-    )
 
 
 def _single_token_id(renderer: ChatRenderer, text: str) -> int:
@@ -391,54 +595,76 @@ episode's ``SGLangModel`` asks for it."""
 
 
 def select_tool_parser(renderer: ChatRenderer, choice: ToolParser | str | None = AUTO) -> ToolParser:
-    """The parser for ``choice``: an instance as is, a registered name, or ``auto`` (detected)."""
-    if isinstance(choice, ToolParser):
-        return choice
+    """The parser for ``choice``: ``auto`` (detected), a registered name or an instance, which must read back
+    the call the chat template renders (ConfigurationError otherwise: every call would fail to parse)."""
     if choice is None or choice == AUTO:
         return get_tool_parser(detect_tool_parser(renderer)[0])
-    return get_tool_parser(choice)
+    parser = choice if isinstance(choice, ToolParser) else get_tool_parser(choice)
+    turn = _CALL_TURNS.get(
+        renderer.tokenizer,
+        (template_key(renderer.tokenizer), repr(sorted(renderer.template_kwargs.items()))),
+        lambda: rendered_call_turn(renderer),
+    )
+    why = None if turn is None else why_unread(parser, turn)
+    if why is not None:
+        raise ConfigurationError(
+            f"tool_parser {parser.name!r} cannot read the tool call the chat template renders ({why}); rendered: "
+            f"{turn[0] if turn else ''!r}; set tool_parser to {AUTO!r} or to the parser of this format"
+        )
+    return parser
+
+
+_CALL_TURNS: PerTokenizer[tuple[str, bool] | None] = PerTokenizer()
+"""What :func:`rendered_call_turn` found, for checking a parser set by name (every episode's model does)."""
 
 
 def detect_tool_parser(renderer: ChatRenderer) -> tuple[str, str]:
     """``(parser name, how it was decided)`` for the renderer's tokenizer; ConfigurationError if it cannot tell."""
     tokenizer = renderer.tokenizer
-    key = (tokenizer.chat_template, renderer.enable_thinking, tuple(registered_tool_parsers()))
+    key = (template_key(tokenizer), renderer.enable_thinking, tuple(registered_tool_parsers()))
     return _PARSERS.get(tokenizer, key, lambda: _detect_parser(renderer))
 
 
 def _detect_parser(renderer: ChatRenderer) -> tuple[str, str]:
+    """The parser that reads back the call the template renders. Only a template that renders no call at all
+    falls back on special tokens: one that renders a call no parser reads is never given a parser."""
     names = registered_tool_parsers()
+    name_of = getattr(tokenizer := renderer.tokenizer, "name_or_path", tokenizer)
     turn = rendered_call_turn(renderer)
     if turn is not None:
         for name in names:
             if why_unread(name, turn) is None:
                 return name, "the chat template renders tool calls in this format"
+        unread = "; ".join(f"{name}: {why_unread(name, turn)}" for name in names)
+        raise ConfigurationError(
+            f"tool_parser: auto found no parser for tokenizer {name_of!r}: its chat template renders a tool call "
+            f"as {turn[0]!r}, which no registered parser reads back ({unread}); register a parser for this "
+            "format (slime_strands.tool_parsers.register_tool_parser)"
+        )
     vocabulary = set(renderer.special_tokens)
     fitting = [n for n in names if (m := get_tool_parser(n).markers) and all(t in vocabulary for t in m)]
     most = max((len(get_tool_parser(n).markers) for n in fitting), default=0)
     best = [n for n in fitting if len(get_tool_parser(n).markers) == most]
     if len(best) == 1:
-        return best[0], f"the tokenizer's special tokens {list(get_tool_parser(best[0]).markers)}"
-    name = getattr(tokenizer := renderer.tokenizer, "name_or_path", tokenizer)
-    why = (
-        "its chat template renders no tool call that a registered parser reads back"
-        if turn is not None
-        else "its chat template does not render tool calls"
-    )
+        return best[0], (
+            "the chat template renders no tool call to check it against; the tokenizer's special tokens "
+            f"{list(get_tool_parser(best[0]).markers)}"
+        )
     tokens = (
         f"its special tokens fit {best}" if best else "no parser's special tokens are all in its vocabulary"
     )
     raise ConfigurationError(
-        f"tool_parser: auto cannot tell the tool-call format of tokenizer {name!r}: {why}, and {tokens}; "
-        f"set tool_parser to one of {names}"
+        f"tool_parser: auto cannot tell the tool-call format of tokenizer {name_of!r}: its chat template does "
+        f"not render tool calls, and {tokens}; set tool_parser to one of {names}"
     )
 
 
-def why_unread(name: str, turn: tuple[str, bool]) -> str | None:
-    """None when parser ``name`` reads the probe call back from ``turn`` (the template's rendering of it and
-    whether it starts in reasoning), else what it read instead."""
+def why_unread(parser: ToolParser | str, turn: tuple[str, bool]) -> str | None:
+    """None when ``parser`` (or the one registered under that name) reads the probe call back from ``turn`` (the
+    template's rendering of it and whether it starts in reasoning), else what it read instead."""
     text, starts_in_reasoning = turn
-    parsed = get_tool_parser(name).parse(text, starts_in_reasoning=starts_in_reasoning, tools=_PROBE_SCHEMAS)
+    reader = parser if isinstance(parser, ToolParser) else get_tool_parser(parser)
+    parsed = reader.parse(text, starts_in_reasoning=starts_in_reasoning, tools=_PROBE_SCHEMAS)
     read = [(c.name, c.input) for c in parsed.calls if isinstance(c, ToolCall)]
     if read == [("probe_tool", _PROBE_ARGUMENTS)] and len(parsed.calls) == 1:
         return None
@@ -455,13 +681,20 @@ def why_unread(name: str, turn: tuple[str, bool]) -> str | None:
 
 
 def rendered_call_turn(renderer: ChatRenderer) -> tuple[str, bool] | None:
-    """The text of an assistant turn holding one known call, as the template renders it (None: it cannot)."""
-    return render_assistant_turn(
-        renderer,
-        _QUESTION,
-        {"role": "assistant", "content": "", "tool_calls": [_probe_call(0)]},
-        [PROBE_TOOL],
-    )
+    """The text of an assistant turn holding one known call, as the template renders it, and whether it starts
+    in reasoning; None when the template renders no call. The turn has the agent's empty content; a template
+    that shows calls only for a null content (the OpenAI wire shape: DeepSeek-R1's) is rendered with that."""
+    note = _PROBE_ARGUMENTS["note"]
+    for content in ("", None):
+        turn = render_assistant_turn(
+            renderer,
+            _QUESTION,
+            {"role": "assistant", "content": content, "tool_calls": [_written_call(0)]},
+            [PROBE_TOOL],
+        )
+        if turn is not None and note in turn[0]:
+            return turn
+    return None
 
 
 def render_assistant_turn(
@@ -482,6 +715,16 @@ def render_assistant_turn(
     if rendered.startswith(prompt):
         text, starts_in_reasoning = rendered[len(prompt) :], renderer.opens_reasoning(prompt)
     else:  # the template rewrites the turn's opening (GLM-4.7: "<think>" prompt, "</think>" in history)
-        text, starts_in_reasoning = rendered[rendered.rfind(question) + len(question) :], False
+        text, starts_in_reasoning = rendered[_where_apart(renderer, rendered, prompt) :], False
     ends = [p for p in (text.find(t) for t in (*renderer.stop_tokens, *renderer.facts.end_tokens)) if p >= 0]
     return (text[: min(ends)] if ends else text), starts_in_reasoning
+
+
+def _where_apart(renderer: ChatRenderer, rendered: str, prompt: str) -> int:
+    """Where ``rendered`` stops following ``prompt``, moved back to the start of a special token it cuts."""
+    at = next((n for n, (a, b) in enumerate(zip(rendered, prompt, strict=False)) if a != b), len(prompt))
+    for token in renderer.special_tokens:
+        start = rendered.find(token, max(0, at - len(token) + 1))
+        if 0 <= start < at < start + len(token):
+            return start
+    return at

@@ -38,13 +38,13 @@ from typing import Any
 from ._per_tokenizer import PerTokenizer
 from .codec import TokenCodec
 from .probe import (
-    BASE_ASSISTANT,
     TemplateError,
     TemplateFacts,
-    base_conversation,
     check_incremental,
     detect_facts,
     json_arguments,
+    render_after_base,
+    template_key,
 )
 
 __all__ = ["ChatRenderer", "TemplateError"]
@@ -133,7 +133,7 @@ class ChatRenderer:
         self._token_texts: dict[int, str] = {}
         # Detection and probing cost ~20 ms of template rendering: done once per (tokenizer, template, mode),
         # not once per trajectory (a rollout step builds hundreds of models).
-        key = (tokenizer.chat_template, repr(sorted(self.template_kwargs.items())), probe)
+        key = (template_key(tokenizer), repr(sorted(self.template_kwargs.items())), probe)
         state = _TEMPLATES.get(tokenizer, key, functools.partial(self._find_state, probe))
         self.facts = state.facts
         self._continuations = state.continuations
@@ -228,10 +228,8 @@ class ChatRenderer:
         generation prompt (if the template writes one there)."""
         if not new_messages:
             raise TemplateError("nothing to render: no new messages after the assistant turn")
-        full = self.render(
-            [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
-        )
-        return self.continuation_after(full, [BASE_ASSISTANT])
+        full, markers = render_after_base(self, new_messages, system, tools)
+        return self.continuation_after(full, markers)
 
     def encode_continuation(
         self,
