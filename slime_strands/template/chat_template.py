@@ -7,13 +7,13 @@ The facts (``facts.py``) are found by rendering with a :class:`ChatTemplate`; th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
 from .codec import TokenCodec
 
-__all__ = ["ChatTemplate", "TemplateError"]
+__all__ = ["ChatTemplate", "TemplateError", "template_key"]
 
 
 class TemplateError(ConfigurationError):
@@ -79,3 +79,11 @@ class ChatTemplate:
         if text is None:
             text = self._token_texts[token_id] = self.decode([token_id])
         return text
+
+
+def template_key(tokenizer: Any) -> Hashable:
+    """The tokenizer's chat template as a cache key: the text, or the items of a dict of named templates."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, Mapping):
+        return tuple(sorted((str(name), str(text)) for name, text in template.items()))
+    return template

@@ -7,7 +7,11 @@ NEXT message's role tag, as GLM), its generation prompt, the role it renders too
 It renders with a :class:`~slime_strands.template.chat_template.ChatTemplate` (the template as it is), below
 the incremental renderer that uses the facts. Every check of the template layer renders the same probe tool
 (:data:`PROBE_TOOL`) and base conversation (:func:`base_conversation`, which incremental rendering also renders
-after): the facts here, the incremental check (``render.py``) and the tool-parser choice (``probe.py``).
+after): the facts here, the incremental check (``render.py``) and the tool-parser choice (``probe.py``). Every
+check renders the way the agent does: with tools, call ids of the agent's shape, and every tool result after an
+assistant turn that called it (templates such as MiniMax-M2's and gpt-oss's raise on a result no call precedes).
+A tokenizer whose ``chat_template`` is a dict of named templates is rendered by transformers' rule: ``tool_use``
+when tools are given (the agent's case), else ``default``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from .chat_template import ChatTemplate, TemplateError
 
 __all__ = [
     "BASE_ASSISTANT",
+    "BASE_NOTE",
+    "BASE_TOOL",
     "PROBE_SYSTEM",
     "PROBE_TOOL",
     "TemplateFacts",
@@ -31,8 +37,10 @@ __all__ = [
     "detect_facts",
     "end_of_sequence_ids",
     "json_arguments",
+    "leading_results",
     "probe_call",
     "probe_conversation",
+    "written_call",
 ]
 
 logger = logging.getLogger(__name__)
@@ -40,9 +48,13 @@ logger = logging.getLogger(__name__)
 _BASE_USER = "Base question for incremental rendering."
 BASE_ASSISTANT = "Base answer 7f3a9c for incremental rendering."
 """The content of the base conversation's assistant turn: a continuation is what the template renders after it."""
+BASE_TOOL = "base_tool_5b2e"
+"""The name of the base turn's calls (a template that shows it with the results cannot be rendered incrementally)."""
+BASE_NOTE = "base call 5b2e"
+"""The note of the base turn's calls: a continuation after a turn that calls starts after it."""
 _TOOL_ROLES = ("tool", "ipython", "observation")
 PROBE_SYSTEM = "You are a probe."
-"""The system prompt of the probe conversation."""
+
 
 TurnEnd = Literal["closing token", "next role tag"]
 
@@ -71,17 +83,48 @@ class TemplateFacts:
     """End tokens that close a turn in place of the template's closing token (Llama 3's ``<|eom_id|>``)."""
 
 
-def base_conversation(system: str | None) -> list[dict[str, Any]]:
+# -- the base conversation: what new messages are rendered after ------------------------------------------
+
+
+def base_conversation(
+    system: str | None, results: Sequence[Mapping[str, Any]] = (), *, as_json: bool = False
+) -> list[dict[str, Any]]:
     """A user question and an assistant answer (after ``system`` when given): the fixed conversation new
-    messages are rendered after, so that only what follows its assistant turn is new."""
-    base: list[dict[str, Any]] = [
-        {"role": "user", "content": _BASE_USER},
-        {"role": "assistant", "content": BASE_ASSISTANT},
-    ]
+    messages are rendered after, so that only what follows its assistant turn is new. With tool ``results`` to
+    follow, the answer calls one tool per result (the ids the results name; ``as_json``: arguments as a JSON
+    string), as in any real conversation."""
+    answer: dict[str, Any] = {"role": "assistant", "content": BASE_ASSISTANT}
+    if results:
+        calls = [_base_call(result, i) for i, result in enumerate(results)]
+        answer["tool_calls"] = [json_arguments(c) for c in calls] if as_json else calls
+    base: list[dict[str, Any]] = [{"role": "user", "content": _BASE_USER}, answer]
     return [{"role": "system", "content": system}, *base] if system else base
 
 
-# -- the probe tool: every check renders this one --------------------------------------------------------
+def _base_call(result: Mapping[str, Any], index: int) -> dict[str, Any]:
+    call_id = result.get("tool_call_id")
+    name = result.get("name")
+    return {
+        "id": call_id if isinstance(call_id, str) and call_id else f"call_base{index}",
+        "type": "function",
+        "function": {
+            "name": name if isinstance(name, str) and name else BASE_TOOL,
+            "arguments": {"note": BASE_NOTE},
+        },
+    }
+
+
+def leading_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The tool results ``messages`` start with (the ones an assistant turn's calls are answered by)."""
+    results = []
+    for message in messages:
+        if message.get("role") not in _TOOL_ROLES:
+            break
+        results.append(message)
+    return results
+
+
+# -- the probe tool and conversation: every check renders these ------------------------------------------
 
 
 PROBE_TOOL: dict[str, Any] = {
@@ -99,14 +142,28 @@ PROBE_TOOL: dict[str, Any] = {
 
 
 def probe_call(n: int) -> dict[str, Any]:
+    """Call ``n`` of the probe, with an id of the agent's shape (``call_`` and 24 hex digits)."""
     return {
-        "id": f"functions.probe_tool:{n}",
+        "id": f"call_{n:024x}",
         "type": "function",
         "function": {"name": "probe_tool", "arguments": {"x": n + 1, "note": f"probe call {n} e2c4"}},
     }
 
 
+def written_call(n: int) -> dict[str, Any]:
+    """Call ``n`` as a model writes it: with its own id where the format has one (Kimi-K2's ``functions.NAME:IDX``,
+    which the template shows back), for the turn a parser must read."""
+    return {**probe_call(n), "id": f"functions.probe_tool:{n}"}
+
+
+def _result(content: str, call: int) -> dict[str, Any]:
+    return {"role": "tool", "content": content, "tool_call_id": probe_call(call)["id"]}
+
+
 def probe_conversation(calls: int) -> list[dict[str, Any]]:
+    """A warm-up answer, ``calls`` parallel calls and two results, a second call right after them (an agent's
+    next step), an interim answer, a follow-up question and a final answer."""
+    second = calls  # the index of the second round's call
     return [
         {"role": "system", "content": PROBE_SYSTEM},
         {"role": "user", "content": "Warm-up probe question?"},  # shifts every later block's position
@@ -117,11 +174,13 @@ def probe_conversation(calls: int) -> list[dict[str, Any]]:
             "content": "Calling probe A1.",
             "tool_calls": [probe_call(n) for n in range(calls)],
         },
-        {"role": "tool", "content": "probe result one", "tool_call_id": "functions.probe_tool:0"},
-        {"role": "tool", "content": "probe result two", "tool_call_id": f"functions.probe_tool:{calls - 1}"},
-        {"role": "assistant", "content": "Interim probe answer A2."},
+        _result("probe result one", 0),
+        _result("probe result two", calls - 1),
+        {"role": "assistant", "content": "Calling again A2.", "tool_calls": [probe_call(second)]},
+        _result("probe result three", second),
+        {"role": "assistant", "content": "Interim probe answer A3."},
         {"role": "user", "content": "Second probe question?"},
-        {"role": "assistant", "content": "Final probe answer A3."},
+        {"role": "assistant", "content": "Final probe answer A4."},
     ]
 
 
@@ -137,19 +196,21 @@ def json_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def detect_facts(template: ChatTemplate) -> TemplateFacts:
-    """Stop tokens, generation prompt, tool role and arguments type, found by rendering small conversations."""
-    tool_role = _tool_role(template)
+    """Stop tokens, generation prompt, tool role and arguments type, found by rendering small conversations
+    (with the probe tool, as the agent renders with its tools)."""
+    tools = [PROBE_TOOL]
+    arguments = _arguments_type(template)
+    tool_role = _tool_role(template, arguments == "json")
     stop_tokens = tuple(
         dict.fromkeys(
-            _token_after_base_turn(template, follow)
-            for follow in (
-                {"role": "user", "content": "Marker follow-up?"},
-                {"role": tool_role, "content": "42"},
+            (
+                _token_after_base_turn(template, [{"role": "user", "content": "Marker follow-up?"}], False),
+                _token_after_base_turn(template, [{"role": tool_role, "content": "42"}], arguments == "json"),
             )
         )
     )
     user = [{"role": "user", "content": _BASE_USER}]
-    bare, prompted = template.apply(user, None, False), template.apply(user, None, True)
+    bare, prompted = template.apply(user, tools, False), template.apply(user, tools, True)
     turn_end: TurnEnd = "closing token" if len(stop_tokens) == 1 else "next role tag"
     end_tokens = _end_tokens(template, stop_tokens)
     closing = stop_tokens[0] if turn_end == "closing token" else None
@@ -158,7 +219,7 @@ def detect_facts(template: ChatTemplate) -> TemplateFacts:
         stop_token_ids=tuple(_single_token_id(template, t) for t in stop_tokens),
         turn_end=turn_end,
         generation_prompt=prompted[len(bare) :] if prompted.startswith(bare) else "",
-        arguments_as=_arguments_type(template),
+        arguments_as=arguments,
         tool_role=tool_role,
         end_tokens=tuple(end_tokens),
         end_token_ids=tuple(end_tokens.values()),
@@ -179,32 +240,60 @@ def _end_tokens(template: ChatTemplate, stop_tokens: Sequence[str]) -> dict[str,
     return found
 
 
-def _tool_role(template: ChatTemplate) -> str:
-    """The first of ``tool`` / ``ipython`` / ``observation`` whose messages the template shows."""
+def _tool_role(template: ChatTemplate, as_json: bool) -> str:
+    """The first of ``tool`` / ``ipython`` / ``observation`` whose messages the template shows (after a turn
+    that called the tool, or without one where the template raises on that)."""
     errors = []
     result = "Tool result 4b7e for detection."
     for role in _TOOL_ROLES:
         try:
-            rendered = template.apply(
-                [*base_conversation(None), {"role": role, "content": result}], None, True
-            )
+            rendered, _ = _after_base(template, [{"role": role, "content": result}], as_json)
         except TemplateError as exc:
             errors.append(exc)
             continue
         if result in rendered:
             return role
-    if len(errors) == len(_TOOL_ROLES):
-        raise errors[0]
+    if errors:  # raised for a role and showed none of the others
+        raise TemplateError(
+            f"the chat template cannot render a tool result after the call it answers: {errors[0]}"
+        )
     raise TemplateError(f"the chat template does not render tool results (tried roles {list(_TOOL_ROLES)})")
 
 
-def _token_after_base_turn(template: ChatTemplate, follow: Mapping[str, Any]) -> str:
-    """The special token the template writes right after an assistant turn when ``follow`` comes next."""
-    rendered = template.apply([*base_conversation(None), follow], None, True)
-    at = rendered.rfind(BASE_ASSISTANT)
-    if at < 0:
-        raise TemplateError("the chat template dropped the assistant's content")
-    tail = rendered[at + len(BASE_ASSISTANT) :]
+def _after_base(
+    template: ChatTemplate, follow: list[dict[str, Any]], as_json: bool
+) -> tuple[str, list[dict[str, Any]] | None]:
+    """``follow`` rendered after the base conversation (the facts are not known yet: messages as they are),
+    with the base turn that the template accepts: without calls, else (results a call must precede) calling
+    them. Returns the rendering and the base turn's calls (None without)."""
+    tools = [PROBE_TOOL]
+    try:
+        return template.apply([*base_conversation(None), *follow], tools, True), None
+    except TemplateError:
+        results = leading_results(follow)
+        if not results:
+            raise
+        base = base_conversation(None, results, as_json=as_json)
+        return template.apply([*base, *follow], tools, True), base
+
+
+def _token_after_base_turn(template: ChatTemplate, follow: list[dict[str, Any]], as_json: bool) -> str:
+    """The special token the template writes right after an assistant turn when ``follow`` comes next: right
+    after its content, or for a turn that must call the tools (see :func:`_after_base`) the last token of the
+    turn as the template renders it last (``[e~[`` of MiniMax-M2, ``<|call|>`` of gpt-oss), else the token
+    that follows it."""
+    rendered, base = _after_base(template, follow, as_json)
+    if base is None:
+        at = rendered.rfind(BASE_ASSISTANT)
+        if at < 0:
+            raise TemplateError("the chat template dropped the assistant's content")
+        tail = rendered[at + len(BASE_ASSISTANT) :]
+    else:
+        alone = template.apply(base, [PROBE_TOOL], False).rstrip()
+        last = next((t for t in template.special_tokens if alone.endswith(t)), None)
+        if last is not None and rendered.startswith(alone):
+            return last
+        tail = rendered[len(alone) :] if rendered.startswith(alone) else ""
     lead = next((t for t in template.special_tokens if tail.startswith(t)), None)
     if lead is None:
         raise TemplateError(
@@ -226,7 +315,10 @@ def _arguments_type(template: ChatTemplate) -> Literal["mapping", "json"]:
         try:
             template.apply([user, as_json], [PROBE_TOOL], False)
         except TemplateError:
-            raise mapping_error from None
+            raise TemplateError(
+                f"the chat template refuses an assistant turn that calls a tool (call id {call['id']!r}, the "
+                f"shape of the agent's ids; arguments as a mapping or a JSON string): {mapping_error}"
+            ) from None
         return "json"
 
 

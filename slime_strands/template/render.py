@@ -37,19 +37,23 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ._per_tokenizer import PerTokenizer
-from .chat_template import ChatTemplate, TemplateError
+from .chat_template import ChatTemplate, TemplateError, template_key
 from .facts import (
     BASE_ASSISTANT,
+    BASE_NOTE,
+    BASE_TOOL,
     PROBE_SYSTEM,
     PROBE_TOOL,
     TemplateFacts,
     base_conversation,
     detect_facts,
     json_arguments,
+    leading_results,
+    probe_call,
     probe_conversation,
 )
 
-__all__ = ["ChatRenderer", "TemplateError", "check_incremental"]
+__all__ = ["ChatRenderer", "TemplateError", "check_incremental", "render_after_base"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
@@ -129,7 +133,7 @@ class ChatRenderer(ChatTemplate):
         self._tools_key: tuple[Any, str] | None = None
         # Detection and probing cost ~20 ms of template rendering: done once per (tokenizer, template, mode),
         # not once per trajectory (a rollout step builds hundreds of models).
-        key = (tokenizer.chat_template, repr(sorted(self.template_kwargs.items())), probe)
+        key = (template_key(tokenizer), repr(sorted(self.template_kwargs.items())), probe)
         state = _TEMPLATES.get(tokenizer, key, functools.partial(self._find_state, probe))
         self.facts = state.facts
         self._continuations = state.continuations
@@ -202,10 +206,8 @@ class ChatRenderer(ChatTemplate):
         generation prompt (if the template writes one there)."""
         if not new_messages:
             raise TemplateError("nothing to render: no new messages after the assistant turn")
-        full = self.render(
-            [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
-        )
-        return self.continuation_after(full, [BASE_ASSISTANT])
+        full, markers = render_after_base(self, new_messages, system, tools)
+        return self.continuation_after(full, markers)
 
     def encode_continuation(
         self,
@@ -431,51 +433,159 @@ class ChatRenderer(ChatTemplate):
         return tuple(self.token_text(i) for i in self.facts.closing_in_place)
 
 
-# -- the incremental check ------------------------------------------------------------------------------
+# -- the incremental check and the base conversation ---------------------------------------
+
+
+def render_after_base(
+    renderer: ChatRenderer,
+    new_messages: Sequence[Mapping[str, Any]],
+    system: str | None,
+    tools: Sequence[Mapping[str, Any]] | None,
+) -> tuple[str, list[str]]:
+    """The template's rendering of ``new_messages`` after the base conversation (generation prompt included),
+    and the markers of the base assistant turn (what a continuation starts after).
+
+    Tool results follow a base turn that calls them. A template that renders one call per turn (Llama 3.2's)
+    refuses a turn with several: it gets them after a turn without calls, as a template that does not tie
+    results to calls renders them the same either way."""
+    results = leading_results(new_messages)
+    if not results:
+        full = renderer.render(
+            [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
+        )
+        return full, [BASE_ASSISTANT]
+    try:
+        base = base_conversation(system, results)
+        full = renderer.render([*base, *new_messages], tools=tools, add_generation_prompt=True)
+        return full, [BASE_ASSISTANT, BASE_NOTE]
+    except TemplateError as with_calls:
+        try:
+            full = renderer.render(
+                [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
+            )
+        except TemplateError:
+            raise with_calls from None
+        return full, [BASE_ASSISTANT]
+
+
+# -- incremental rendering ---------------------------------------------------------------------------------
 
 
 def check_incremental(renderer: ChatRenderer) -> bool:
     """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError.
 
-    Walks a conversation (warm-up turn, parallel tool calls, their results, an interim answer, a follow-up
-    user turn): every non-assistant block rendered with :meth:`render_continuation` must equal what the
-    full rendering puts after the preceding assistant turn, the tool results must be shown, and the token
-    ids of the pieces must concatenate without boundary drift. Templates may rewrite OLDER assistant turns
-    (Qwen3, GLM and DeepSeek drop earlier reasoning): that is allowed, since assistant tokens are never
-    re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them: the probe
-    then uses one call with two results).
+    Walks the probe conversation (:func:`probe_conversation`): every non-assistant block rendered with
+    :meth:`render_continuation` must equal what the full rendering puts after the preceding assistant turn, the
+    messages must be shown, the token ids of the pieces must concatenate without boundary drift, and what was
+    rendered must stay as it was once later messages follow (the first prompt is how the whole conversation
+    starts, each block is what the whole conversation has there, up to its last message's body). Templates may
+    rewrite OLDER assistant turns and the markup opening them (Qwen3, GLM and DeepSeek drop earlier reasoning):
+    that is allowed, since assistant tokens are never re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them, gpt-oss's shows
+    only the first: the probe then uses one call with two results).
     """
     tools = [PROBE_TOOL]
-    parallel = True
+    conversation, parallel = _conversation_rendered(renderer, tools)
+    whole = renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+    first = conversation[: assistant_at[0]]
+    start = _through_last_body(renderer.render(first, tools=tools, add_generation_prompt=False), first)
+    if not whole.startswith(start):
+        raise TemplateError(
+            "the chat template renders the start of a conversation differently once later messages follow "
+            f"(the first prompt is {_around(start, whole)}): the prompt the model saw would not be the template's"
+        )
+    for i, block_end in itertools.pairwise(assistant_at):
+        _check_block(renderer, conversation, (i, block_end), whole, tools)
+    return parallel
+
+
+def _conversation_rendered(
+    renderer: ChatRenderer, tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], bool]:
+    """The probe conversation with parallel calls when the template renders them all, else with one call."""
     conversation = probe_conversation(calls=2)
     try:
-        renderer.render(conversation, tools=tools, add_generation_prompt=False)
+        rendered = renderer.render(conversation, tools=tools, add_generation_prompt=False)
     except TemplateError:
-        parallel = False
-        conversation = probe_conversation(calls=1)
-    assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
-    for i, block_end in itertools.pairwise(assistant_at):
-        message = conversation[i]
-        markers = [message["content"]] + [
-            c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
-        ]
-        full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
-        expected = renderer.continuation_after(full, markers)
-        got = renderer.render_continuation(conversation[i + 1 : block_end], system=PROBE_SYSTEM, tools=tools)
-        if got != expected and not _closed_in_place(renderer, expected, got):
-            raise TemplateError(
-                "incremental rendering does not reproduce the chat template's full rendering: "
-                f"expected {expected!r}, rendered {got!r}"
-            )
-        for shown in conversation[i + 1 : block_end]:
-            if shown["content"] not in got:
-                raise TemplateError(f"the chat template does not show the {shown['role']} message {got!r}")
-        cut = len(full) - len(expected)
-        if renderer.encode(full[:cut]) + renderer.encode(full[cut:]) != renderer.encode(full):
-            raise TemplateError(
-                "tokenizing the template's pieces separately differs from tokenizing them together"
-            )
-    return parallel
+        rendered = ""
+    if all(probe_call(n)["function"]["arguments"]["note"] in rendered for n in range(2)):
+        return conversation, True
+    conversation = probe_conversation(calls=1)
+    renderer.render(conversation, tools=tools, add_generation_prompt=False)  # raises the template's reason
+    return conversation, False
+
+
+def _check_block(
+    renderer: ChatRenderer,
+    conversation: list[dict[str, Any]],
+    span: tuple[int, int],
+    whole: str,
+    tools: list[dict[str, Any]],
+) -> None:
+    """The checks of :func:`check_incremental` for the messages between the assistant turns at ``span``."""
+    i, block_end = span
+    message = conversation[i]
+    markers = [message["content"]] + [
+        c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
+    ]
+    new = conversation[i + 1 : block_end]
+    full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
+    expected = renderer.continuation_after(full, markers)
+    got = renderer.render_continuation(new, system=PROBE_SYSTEM, tools=tools)
+    if got != expected and not _closed_in_place(renderer, expected, got):
+        raise TemplateError(_mismatch(expected, got))
+    for shown in new:
+        if shown["content"] not in got:
+            raise TemplateError(f"the chat template does not show the {shown['role']} message {got!r}")
+    settled = _through_last_body(
+        renderer.continuation_after(
+            renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=False), markers
+        ),
+        new,
+    )
+    later = renderer.continuation_after(whole, markers)
+    if not later.startswith(settled):
+        roles = " and ".join(sorted({m["role"] for m in new}))
+        raise TemplateError(
+            f"the chat template renders {roles} messages differently once a later message follows them "
+            f"({_around(settled, later)}): the prompt the model saw would not be the template's"
+        )
+    cut = len(full) - len(expected)
+    if renderer.encode(full[:cut]) + renderer.encode(full[cut:]) != renderer.encode(full):
+        raise TemplateError(
+            "tokenizing the template's pieces separately differs from tokenizing them together"
+        )
+
+
+def _through_last_body(text: str, messages: Sequence[Mapping[str, Any]]) -> str:
+    """``text`` up to the end of the last message's body: what follows it opens the next assistant turn, which
+    a template may write differently once the turn is history (GLM-4.7's and DeepSeek-V3.2's ``<think>`` becomes
+    ``</think>`` when the reasoning is dropped; Hermes-3's newline after a tool result)."""
+    body = str(messages[-1].get("content") or "")
+    at = text.rfind(body) if body else -1
+    return text[: at + len(body)] if at >= 0 else text
+
+
+def _mismatch(expected: str, got: str) -> str:
+    if BASE_TOOL in got and BASE_TOOL not in expected:
+        return (
+            "the chat template shows the name of the called function with each tool result (rendered "
+            f"{got!r}, the conversation has {expected!r}): incremental rendering renders new messages after a "
+            "fixed conversation and cannot know which function they answer"
+        )
+    return (
+        "incremental rendering does not reproduce the chat template's full rendering: "
+        f"expected {expected!r}, rendered {got!r}"
+    )
+
+
+def _around(first: str, second: str) -> str:
+    """Where ``second`` stops following ``first``: the text of both from shortly before that point."""
+    at = next(
+        (n for n, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
+        min(len(first), len(second)),
+    )
+    return f"{first[max(0, at - 40) : at + 40]!r} where the later rendering has {second[max(0, at - 40) : at + 40]!r}"
 
 
 def _closed_in_place(renderer: ChatRenderer, expected: str, got: str) -> bool:

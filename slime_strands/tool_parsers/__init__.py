@@ -2,8 +2,10 @@
 
 Parsers are named exactly as SGLang's ``--tool-call-parser`` values, so one name configures both:
 ``hermes`` (Qwen2.5 / Qwen3), ``qwen3_coder`` (Qwen3-Coder, Qwen3.5, Qwen3.6), ``glm45`` (GLM-4.5 / 4.6),
-``glm47`` (GLM-4.7 / 5), ``kimi_k2``, ``deepseekv31`` and ``llama3``. ``get_tool_parser(name)`` returns a
-new parser; ``register_tool_parser`` adds a format (``tool_parser: auto`` then considers it too).
+``glm47`` (GLM-4.7 / 5), ``kimi_k2``, ``deepseekv31``, ``deepseekv3`` (DeepSeek-V3 / R1), ``deepseekv32``
+(DeepSeek-V3.2's DSML), ``minimax-m2``, ``gpt-oss`` (harmony), ``mistral`` and ``llama3``.
+``get_tool_parser(name)`` returns a new parser; ``register_tool_parser`` adds a format (``tool_parser: auto``
+then considers it too).
 """
 
 from __future__ import annotations
@@ -20,20 +22,29 @@ from .base import (
     ToolSchemas,
 )
 from .glm import Glm45ToolParser, Glm47ToolParser
+from .harmony import GptOssToolParser
 from .hermes import HermesToolParser
+from .invoke import DeepSeekV32ToolParser, InvokeToolParser, MinimaxM2ToolParser
 from .llama3 import Llama3ToolParser
+from .mistral import MistralToolParser
 from .qwen3_coder import Qwen3CoderToolParser
-from .sectioned import DeepSeekV31ToolParser, KimiK2ToolParser, SectionedToolParser
+from .sectioned import DeepSeekV3ToolParser, DeepSeekV31ToolParser, KimiK2ToolParser, SectionedToolParser
 
 __all__ = [
     "AUTO",
+    "DeepSeekV3ToolParser",
     "DeepSeekV31ToolParser",
+    "DeepSeekV32ToolParser",
     "Glm45ToolParser",
     "Glm47ToolParser",
+    "GptOssToolParser",
     "HermesToolParser",
+    "InvokeToolParser",
     "KimiK2ToolParser",
     "Llama3ToolParser",
     "MalformedCall",
+    "MinimaxM2ToolParser",
+    "MistralToolParser",
     "ParseErrorKind",
     "ParseResult",
     "Qwen3CoderToolParser",
@@ -85,6 +96,11 @@ for _parser in (
     Glm47ToolParser,
     KimiK2ToolParser,
     DeepSeekV31ToolParser,
+    DeepSeekV3ToolParser,
+    DeepSeekV32ToolParser,
+    MinimaxM2ToolParser,
+    GptOssToolParser,
+    MistralToolParser,
     Llama3ToolParser,
 ):
     register_tool_parser(_parser)

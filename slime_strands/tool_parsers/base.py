@@ -92,6 +92,10 @@ class ToolParser(abc.ABC):
     """The model families that write this format (for reports)."""
     markers: ClassVar[tuple[str, ...]] = ()
     """Special tokens a tokenizer of this family has (a fallback for ``tool_parser: auto``)."""
+    turn_starts: ClassVar[tuple[str, ...]] = ()
+    """Where the family's chat templates start an assistant turn: its role marker, or the end of the tool results
+    the model answers right after (the reward reads the final answer from there when the episode did not record
+    where it starts)."""
     think_open: ClassVar[str] = "<think>"
     think_close: ClassVar[str] = "</think>"
 

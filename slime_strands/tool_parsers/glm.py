@@ -29,6 +29,7 @@ class Glm45ToolParser(TaggedToolParser):
     name = "glm45"
     family = "GLM-4.5 / GLM-4.6"
     markers = ("<tool_call>", "</tool_call>", "<arg_key>", "<arg_value>")
+    turn_starts = ("<|assistant|>",)
     name_separator: ClassVar[str] = "\n"
 
     def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:

@@ -22,6 +22,7 @@ class HermesToolParser(TaggedToolParser):
     name = "hermes"
     family = "Qwen2.5 / Qwen3 / Hermes"
     markers = ("<tool_call>", "</tool_call>")
+    turn_starts = ("<|im_start|>assistant",)
 
     def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:
         raw = body.strip()

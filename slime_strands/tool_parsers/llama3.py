@@ -28,6 +28,7 @@ class Llama3ToolParser(ToolParser):
     name = "llama3"
     family = "Llama 3.1 / 3.2 / 3.3"
     markers = ("<|python_tag|>", "<|eom_id|>")
+    turn_starts = ("<|start_header_id|>assistant<|end_header_id|>",)
 
     def count_calls(self, text: str) -> int:
         return text.count(_TAG) or int(text.lstrip().startswith("{"))

@@ -37,6 +37,7 @@ class Qwen3CoderToolParser(TaggedToolParser):
     name = "qwen3_coder"
     family = "Qwen3-Coder / Qwen3.5 / Qwen3.6"
     markers = ("<tool_call>", "</tool_call>")
+    turn_starts = ("<|im_start|>assistant",)
 
     def parse_body(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:
         raw = body.strip()

@@ -1,15 +1,19 @@
-"""Formats whose calls sit in one section of special tokens: Kimi-K2 and DeepSeek-V3.1::
+"""Formats whose calls sit in one section of special tokens: Kimi-K2, DeepSeek-V3.1 and DeepSeek-V3 / R1::
 
     kimi_k2:      <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>
                   {json}<|tool_call_end|>...<|tool_calls_section_end|>
     deepseekv31:  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>...
                   <｜tool▁calls▁end｜>
+    deepseekv3:   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{json}\n```
+                  <｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>...<｜tool▁calls▁end｜>
 
 Format facts: Kimi-K2's chat template writes ``<|tool_call_begin|>`` + the call id + ``<|tool_call_argument_begin|>``
 + the arguments JSON + ``<|tool_call_end|>`` per call inside the section, and shows a result as
 ``## Return of <id>``; the model writes ids as ``functions.NAME:IDX`` (SGLang's ``kimi_k2`` detector takes the
 name from the id). DeepSeek-V3.1's template writes name + ``<｜tool▁sep｜>`` + the arguments JSON string
-(SGLang's ``deepseekv31`` detector).
+(SGLang's ``deepseekv31`` detector). DeepSeek-V3's and R1's templates (V3-0324, R1-0528) write the call's type
+``function`` + ``<｜tool▁sep｜>`` + name + a newline + the arguments JSON string in a ```` ```json ```` fence, a
+newline between calls (SGLang's ``deepseekv3`` detector reads the same).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import ClassVar
 from ._arguments import load_json_object
 from .base import MalformedCall, ToolCall, ToolParser, ToolSchemas, clip, split_blocks
 
-__all__ = ["DeepSeekV31ToolParser", "KimiK2ToolParser", "SectionedToolParser"]
+__all__ = ["DeepSeekV3ToolParser", "DeepSeekV31ToolParser", "KimiK2ToolParser", "SectionedToolParser"]
 
 
 class SectionedToolParser(ToolParser):
@@ -95,7 +99,8 @@ class SectionedToolParser(ToolParser):
                 calls.append(call)
         return calls
 
-    def _call(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:
+    def split_call(self, body: str) -> tuple[str, str | None, str] | MalformedCall:
+        """``(name, call id, arguments JSON)`` of one call's body, or why it is malformed."""
         header, sep, arguments = body.partition(self.call_sep)
         if not sep:
             return MalformedCall(
@@ -110,7 +115,14 @@ class SectionedToolParser(ToolParser):
                 f"expected {self.header_format} before {self.call_sep}, got {clip(header)!r}",
                 body,
             )
-        payload = load_json_object(arguments.strip(), f"the arguments of the call to {name!r}", name)
+        return name, call_id, arguments.strip()
+
+    def _call(self, body: str, tools: ToolSchemas) -> ToolCall | MalformedCall:
+        split = self.split_call(body)
+        if isinstance(split, MalformedCall):
+            return split
+        name, call_id, arguments = split
+        payload = load_json_object(arguments, f"the arguments of the call to {name!r}", name)
         if isinstance(payload, MalformedCall):
             return MalformedCall(payload.kind, payload.message, body, name)
         return ToolCall(name=name, input=payload, raw=body, id=call_id)
@@ -122,6 +134,7 @@ class KimiK2ToolParser(SectionedToolParser):
     name = "kimi_k2"
     family = "Kimi-K2 / Kimi-K2-Thinking"
     markers = ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>")
+    turn_starts = ("<|im_assistant|>assistant<|im_middle|>",)
     section_open = "<|tool_calls_section_begin|>"
     section_close = "<|tool_calls_section_end|>"
     call_open = "<|tool_call_begin|>"
@@ -142,8 +155,46 @@ class DeepSeekV31ToolParser(SectionedToolParser):
     name = "deepseekv31"
     family = "DeepSeek-V3.1"
     markers = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>")
+    turn_starts = ("<｜Assistant｜>", "<｜tool▁output▁end｜>")  # the model answers right after a tool output
     section_open = "<｜tool▁calls▁begin｜>"
     section_close = "<｜tool▁calls▁end｜>"
     call_open = "<｜tool▁call▁begin｜>"
     call_sep = "<｜tool▁sep｜>"
     call_close = "<｜tool▁call▁end｜>"
+
+
+class DeepSeekV3ToolParser(DeepSeekV31ToolParser):
+    """Strict parser for DeepSeek-V3 / R1 calls: ``function<｜tool▁sep｜>NAME`` and the arguments in a json fence."""
+
+    name = "deepseekv3"
+    family = "DeepSeek-V3 / DeepSeek-R1"
+    turn_starts = ("<｜Assistant｜>", "<｜tool▁outputs▁end｜>")
+    header_format = "the call type 'function'"
+    _FENCE_OPEN, _FENCE_CLOSE = "```json\n", "\n```"
+
+    def header_name(self, header: str) -> tuple[str | None, str | None]:
+        return ("function" if header.strip() == "function" else None), None
+
+    def split_call(self, body: str) -> tuple[str, str | None, str] | MalformedCall:
+        split = super().split_call(body)
+        if isinstance(split, MalformedCall):
+            return split
+        rest = body.partition(self.call_sep)[2]
+        name, newline, block = rest.partition("\n")
+        name = name.strip()
+        if not name or any(c.isspace() for c in name) or not newline:
+            return MalformedCall(
+                "missing_name",
+                f"expected a function name and a newline after {self.call_sep}: {clip(rest)}",
+                body,
+            )
+        block = block.strip()
+        inner = block[len(self._FENCE_OPEN) :]
+        if not block.startswith(self._FENCE_OPEN) or not inner.endswith(self._FENCE_CLOSE):
+            return MalformedCall(
+                "bad_arguments",
+                f"the arguments of the call to {name!r} must be a ```json block: {clip(block)}",
+                body,
+                name,
+            )
+        return name, None, inner[: -len(self._FENCE_CLOSE)].strip()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from cli_helpers import check_row, latest, read_rows, run_cli, token_manager
-from family_kit import FAMILIES, family_tokenizer
+from family_kit import SUPPORTED, family_tokenizer
 from helpers import make_agent, make_model
 
 from data_prep import prepare as data_prep
@@ -149,7 +149,7 @@ def test_a_port_in_use_is_one_line(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", SUPPORTED)
 async def test_an_agent_of_every_family_solves_a_problem(name):
     """The policy writes each family's own tool-call format (the template's rendering): the client's parser
     reads the call, the sandbox runs it, the policy reads the result back and answers."""

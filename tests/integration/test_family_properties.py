@@ -14,7 +14,7 @@ from collections import Counter
 
 import family_kit
 import pytest
-from family_kit import FAMILIES, Call, Family, Turn, family_tokenizer, server_turns, stop_tokens
+from family_kit import FAMILIES, SUPPORTED, Call, Family, Turn, family_tokenizer, server_turns, stop_tokens
 from helpers import make_agent, make_model, result_texts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -47,20 +47,17 @@ SMALL = st.integers(min_value=-20, max_value=99)
 valid_calls = st.builds(
     lambda name, a, b: Call(name, {"a": a, "b": b}), st.sampled_from(["add", "mul"]), SMALL, SMALL
 )
-# Malformed calls that swallow what follows them: written last, and then no valid call follows.
-_SWALLOWING = {"unclosed", "bad_json"}
 
 
 def _swallows(family: Family, case: str) -> bool:
-    if family.name in ("kimi_k2", "deepseekv31", "llama3"):
-        return case in _SWALLOWING
-    return False
+    """A malformed call that swallows what follows it: written last, and then no valid call follows."""
+    return case in family.swallowing
 
 
 @st.composite
 def tool_turns(draw, family: Family) -> Turn:
     cases = sorted(family.bad_calls)
-    bad = draw(st.lists(st.sampled_from(cases), max_size=1 if family.name == "llama3" else 2))
+    bad = draw(st.lists(st.sampled_from(cases), max_size=family.max_bad))
     bad.sort(key=lambda c: c == "unclosed")  # an unclosed tag goes last (a later close would close it)
     # A malformed call that swallows the rest of the turn can only be its last call (and only one).
     swallowing = [c for c in bad if _swallows(family, c)][:1]
@@ -119,7 +116,7 @@ def _run(family: Family, script: list[Turn]) -> None:
                 assert output.startswith(f"Error: invalid tool call ({call.kind}): ")
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", SUPPORTED)
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_scripts_keep_every_invariant(name, data):

@@ -16,6 +16,7 @@ import pytest
 from conftest import qwen3_tokenizer_path
 from family_kit import (
     FAMILIES,
+    SUPPORTED,
     Call,
     Family,
     Turn,
@@ -63,7 +64,7 @@ def huge_output(n: int) -> str:
     return "\n".join(f"line {i}: " + "x" * 40 for i in range(n))
 
 
-@pytest.fixture(params=sorted(FAMILIES), scope="module")
+@pytest.fixture(params=SUPPORTED, scope="module")
 def family(request) -> Family:
     return FAMILIES[request.param]
 
@@ -130,18 +131,6 @@ def _diff(got: str, expected: str) -> str:
     return f"at char {n}:\ntrajectory: {got[max(0, n - 150) : n + 150]!r}\ncanonical:  {expected[max(0, n - 150) : n + 150]!r}"
 
 
-# What templates rewrite when they re-render earlier turns (each piece is dropped once, in order, from the
-# decoded trajectory): reasoning of turns before the last user message (Qwen3, GLM), before the last answer
-# without calls (Kimi-K2-Thinking), and GLM-4.7's "<think>" generation prompt shown as a bare "</think>".
-REWRITTEN_AFTER_ANSWER: dict[str, tuple[str, ...]] = {"kimi_k2": ("I should add.",)}
-REWRITTEN_AFTER_FOLLOW_UP: dict[str, tuple[str, ...]] = {
-    "hermes": ("<think>\nI should add.\n</think>\n\n",),
-    "glm45": ("I should add.",),
-    "glm47": ("<think>I should add.", "<think>"),
-    "kimi_k2": ("I should add.",),
-}
-
-
 def test_auto_selects_the_family_parser(family, tok):
     with _server(family, tok) as server:
         model = make_model(tok, server)
@@ -177,7 +166,7 @@ async def test_one_call(family, tok):
         ends = {tok.convert_tokens_to_ids(t) for t in stop_tokens(family)}
         assert observation.token_ids[0] not in ends, "the turn is closed once"
         assert tok.decode(list(observation.token_ids)).count("5") >= 1
-        rewritten = REWRITTEN_AFTER_ANSWER.get(family.name, ())
+        rewritten = family.rewritten_after_answer
         _assert_canonical(family, tok, model, [("What is 2+3?", turns)], [["5"]], [add], rewritten)
 
 
@@ -197,7 +186,7 @@ async def test_parallel_calls(family, tok):
         assert observation.index("5") < observation.index("20"), "results in call order"
         if family.parallel_in_template:
             episodes = [("Compute 2+3 and 4*5.", turns)]
-            rewritten = REWRITTEN_AFTER_ANSWER.get(family.name, ())
+            rewritten = family.rewritten_after_answer
             _assert_canonical(family, tok, model, episodes, [["5", "20"]], [add, mul], rewritten)
 
 
@@ -221,7 +210,7 @@ async def test_object_array_boolean_and_null_arguments(family, tok):
         assert ran == CALLS and not model.parse_errors
         assert result_texts(agent) == [["configured"]]
         _check(model, server)
-        rewritten = REWRITTEN_AFTER_ANSWER.get(family.name, ())
+        rewritten = family.rewritten_after_answer
         _assert_canonical(
             family, tok, model, [("Configure it.", turns)], [["configured"]], [configure], rewritten
         )
@@ -266,6 +255,7 @@ END_OF_SEQUENCE_CASES = [
     ("hermes", "<|endoftext|>"),
     ("kimi_k2", "<|eom_id|>"),
     ("llama3", "<|end_of_text|>"),
+    ("mistral", "<|eom_id|>"),
     ("qwen3_coder", "<|endoftext|>"),
 ]
 
@@ -273,9 +263,9 @@ END_OF_SEQUENCE_CASES = [
 def test_the_end_of_sequence_cases_are_every_end_token_beyond_the_stop_tokens():
     computed = [
         (name, token)
-        for name, fam in sorted(FAMILIES.items())
-        for token in end_tokens(fam, family_tokenizer(name))
-        if token not in stop_tokens(fam)
+        for name in SUPPORTED
+        for token in end_tokens(FAMILIES[name], family_tokenizer(name))
+        if token not in stop_tokens(FAMILIES[name])
     ]
     assert computed == END_OF_SEQUENCE_CASES
 
@@ -320,14 +310,14 @@ async def test_turn_that_ends_on_an_end_of_sequence_token(name, token):
         follow_up = tok.decode(list(model.token_manager.spans[4].token_ids))
         assert follow_up.startswith(family.answer_stop), "the template's own end of the turn follows it"
         # The trajectory is the template's rendering with the end token where the model wrote it.
-        rewritten = (*REWRITTEN_AFTER_FOLLOW_UP.get(name, ()), token)
+        rewritten = (*family.rewritten_after_follow_up, token)
         episodes = [("What is 2+3?", first), ("Add one more.", second)]
         _assert_canonical(family, tok, model, episodes, [["5"]], [add], rewritten)
 
 
 @pytest.mark.parametrize(
     ("name", "case"),
-    [(name, case) for name, fam in sorted(FAMILIES.items()) for case in sorted(fam.bad_calls)],
+    [(name, case) for name in SUPPORTED for case in sorted(FAMILIES[name].bad_calls)],
 )
 async def test_malformed_call_reaches_the_model_as_an_error(name, case):
     family, tok = FAMILIES[name], family_tokenizer(name)
@@ -365,18 +355,20 @@ async def test_call_inside_reasoning_is_not_executed(family, tok):
 
 
 async def test_length_finish(family, tok):
-    long = Turn(content="word " * 200)
-    with _server(family, tok, family.call_turn(Call("add", {"a": 2, "b": 3})), long) as server:
-        model = make_model(tok, server, params={"max_new_tokens": 40})
+    call = family.call_turn(Call("add", {"a": 2, "b": 3}))
+    limit = max(40, len(tok.encode(family.text(call), add_special_tokens=False)) + 1)  # the call turn fits
+    long = Turn(content="word " * 400)
+    with _server(family, tok, call, long) as server:
+        model = make_model(tok, server, params={"max_new_tokens": limit})
         agent = make_agent(model, [add])
         with pytest.raises(MaxTokensReachedException):
             await agent.invoke_async("What is 2+3?")
         _check(model, server)
         last = model.token_manager.spans[-1]
-        assert last.kind == "generated" and len(last) == 40 and last.info.finish_reason == "length"
+        assert last.kind == "generated" and len(last) == limit and last.info.finish_reason == "length"
         assert not set(last.token_ids) & {tok.convert_tokens_to_ids(t) for t in end_tokens(family, tok)}
-        # The partial message Strands keeps is the text of ALL 40 tokens: none ended the turn, none is dropped.
-        (block,) = agent.messages[-1]["content"]
+        # The partial message Strands keeps is the text of ALL its tokens: none ended the turn, none is dropped.
+        (block,) = [b for b in agent.messages[-1]["content"] if "text" in b]
         decoded = tok.decode(list(last.token_ids))
         assert decoded.endswith(block["text"]) and block["text"].count("word") == decoded.count("word") > 0
 
@@ -398,7 +390,7 @@ async def test_follow_up_user_turn(family, tok):
         answer_stop = tok.convert_tokens_to_ids(family.answer_stop)
         assert tm.spans[3].token_ids[-1] == answer_stop and follow_up.token_ids[0] != answer_stop
         episodes = [("What is 2+3?", first), ("Add one more.", second)]
-        rewritten = REWRITTEN_AFTER_FOLLOW_UP.get(family.name, ())
+        rewritten = family.rewritten_after_follow_up
         _assert_canonical(family, tok, model, episodes, [["5"]], [add], rewritten)
 
 
@@ -420,17 +412,63 @@ async def test_context_full(family, tok):
 
 
 @pytest.mark.parametrize(
-    ("name", "enable_thinking", "prompt_end", "first", "answer"),
+    ("name", "enable_thinking", "prompt_end", "first", "answer", "after_tools"),
     [
-        ("hermes", False, "<|im_start|>assistant\n<think>\n\n</think>\n\n", "{call}", "The answer is 5."),
-        ("glm45", False, "<|assistant|>\n<think></think>", "\n{call}", "\nThe answer is 5."),
-        ("glm47", False, "<|assistant|></think>", "{call}", "The answer is 5."),
-        ("glm47", None, "<|assistant|><think>", "Add them.</think>{call}", "Got 5.</think>The answer is 5."),
-        ("deepseekv31", True, "<｜Assistant｜><think>", "Add them.</think>{call}", "The answer is 5."),
+        (
+            "hermes",
+            False,
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+            "{call}",
+            "The answer is 5.",
+            None,
+        ),
+        ("glm45", False, "<|assistant|>\n<think></think>", "\n{call}", "\nThe answer is 5.", None),
+        ("glm47", False, "<|assistant|></think>", "{call}", "The answer is 5.", None),
+        (
+            "glm47",
+            None,
+            "<|assistant|><think>",
+            "Add them.</think>{call}",
+            "Got 5.</think>The answer is 5.",
+            None,
+        ),
+        # DeepSeek writes no generation prompt after a tool result: the model continues after it.
+        (
+            "deepseekv31",
+            True,
+            "<｜Assistant｜><think>",
+            "Add them.</think>{call}",
+            "The answer is 5.",
+            "<｜tool▁output▁end｜>",
+        ),
+        (
+            "deepseekv32",
+            True,
+            "<｜Assistant｜><think>",
+            "Add them.</think>{call}",
+            "Got 5.</think>The answer is 5.",
+            "</function_results>\n\n<think>",
+        ),
+        (
+            "deepseekv32",
+            False,
+            "<｜Assistant｜></think>",
+            "{call}",
+            "The answer is 5.",
+            "</function_results>\n\n</think>",
+        ),
+        (
+            "minimax-m2",
+            None,
+            "]~b]ai\n<think>\n",
+            "Add them.\n</think>\n\n{call}",
+            "Got 5.\n</think>\n\nThe answer is 5.",
+            None,
+        ),
     ],
 )
 async def test_generation_prompts_that_open_or_close_reasoning(
-    name, enable_thinking, prompt_end, first, answer
+    name, enable_thinking, prompt_end, first, answer, after_tools
 ):
     """Thinking flags: the generation prompt writes an empty think block (the output has none) or opens one
     (the output starts in reasoning and a call before its </think> would not run)."""
@@ -449,6 +487,4 @@ async def test_generation_prompts_that_open_or_close_reasoning(
         first_prompt = tok.decode(server.generate_requests[0].body["input_ids"])
         assert first_prompt.endswith(prompt_end)
         second_prompt = tok.decode(server.generate_requests[1].body["input_ids"])
-        # DeepSeek-V3.1 writes no generation prompt after a tool result: the model continues after it.
-        expected_second = "<｜tool▁output▁end｜>" if name == "deepseekv31" else prompt_end
-        assert second_prompt.endswith(expected_second)
+        assert second_prompt.endswith(after_tools or prompt_end)

@@ -95,15 +95,29 @@ def test_probe_rejects_position_dependent_tool_results(broken):
 
 
 def test_probe_rejects_tool_results_that_depend_on_the_calling_turn(broken):
-    # The tool result wrapper depends on the preceding assistant's tool_calls: rendering it after any other
-    # history would be wrong, and the probe must say so.
+    # The tool result shows the name of the function its call named: rendered after a fixed conversation it
+    # cannot be right, and the probe must say so.
+    tok = broken(
+        "'\\n<tool_response>\\n'",
+        "'\\n<tool_response' ~ (' of=\"' ~ messages[loop.index0 - 1].tool_calls[0].function.name ~ '\"' "
+        "if messages[loop.index0 - 1].tool_calls is defined else '') ~ '>\\n'",
+    )
+    with pytest.raises(
+        TemplateError, match="shows the name of the called function with each tool result"
+    ) as info:
+        ChatRenderer(tok, probe=False).probe()
+    assert "the conversation has" in str(info.value) and "probe_tool" in str(info.value)
+
+
+def test_probe_renders_tool_results_after_the_turn_that_calls_them(broken):
+    # A result rendered differently when a call precedes it (every real first result) is rendered after a call.
     tok = broken(
         "'\\n<tool_response>\\n'",
         "'\\n<tool_response' ~ (' for=\"call\"' if messages[loop.index0 - 1].tool_calls is defined else '') ~ '>\\n'",
     )
-    with pytest.raises(TemplateError, match="incremental rendering does not reproduce") as info:
-        ChatRenderer(tok, probe=False).probe()
-    assert "expected" in str(info.value) and "rendered" in str(info.value)
+    renderer = ChatRenderer(tok, probe=False)
+    assert renderer.probe() is True
+    assert '<tool_response for="call">' in renderer.render_continuation([{"role": "tool", "content": "5"}])
 
 
 def test_model_construction_runs_the_probe(broken):

@@ -47,7 +47,8 @@ def test_check_template_says_why_no_parser_fits(tokenizer, tmp_path, capsys):
     unknown.save_pretrained(tmp_path)
     assert main(["check-template", str(tmp_path), "--enable-thinking", "none"]) == 1
     out = capsys.readouterr().out
-    assert "NOT usable" in out and "tool parser: none (tool_parser: auto cannot tell" in out
+    assert "NOT usable" in out and "tool parser: none (tool_parser: auto found no parser" in out
+    assert "no registered parser reads back" in out and "[TOOL_CALLS]" in out
     assert "token-in/token-out: safe" in out, "rendering is fine; only the parser is unknown"
     # Named explicitly, hermes is checked against what the template renders: it finds no <tool_call> there.
     assert (

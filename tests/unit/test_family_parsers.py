@@ -383,15 +383,159 @@ def test_llama3_malformed(action, kind, message):
     assert error.kind == kind and message in error.message
 
 
+# (the text that opens a section of calls, the text that opens one call) per format
+HOSTILE_OPENERS = {
+    "qwen3_coder": ("", "<tool_call>"),
+    "glm45": ("", "<tool_call>"),
+    "glm47": ("", "<tool_call>"),
+    "kimi_k2": ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+    "deepseekv31": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"),
+    "deepseekv3": ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"),
+    "deepseekv32": ("<｜DSML｜function_calls>", '<｜DSML｜invoke name="'),
+    "minimax-m2": ("<minimax:tool_call>", '<invoke name="'),
+    "mistral": ("", "[TOOL_CALLS]"),
+    "gpt-oss": ("", "<|start|>assistant<|channel|>commentary to=functions.add"),
+}
+
+
 @pytest.mark.timeout(10)  # a hang guard for hostile markup
-@pytest.mark.parametrize("name", ["qwen3_coder", "glm45", "glm47", "kimi_k2", "deepseekv31"])
+@pytest.mark.parametrize("name", sorted(HOSTILE_OPENERS))
 def test_thousands_of_tags_stay_linear(name):
-    parser = get_tool_parser(name)
-    opener = {"kimi_k2": "<|tool_call_begin|>", "deepseekv31": "<｜tool▁call▁begin｜>"}.get(
-        name, "<tool_call>"
-    )
-    section = {"kimi_k2": "<|tool_calls_section_begin|>", "deepseekv31": "<｜tool▁calls▁begin｜>"}.get(
-        name, ""
-    )
-    calls = parser.parse(section + opener * 20_000).calls
+    section, opener = HOSTILE_OPENERS[name]
+    calls = get_tool_parser(name).parse(section + opener * 20_000).calls
     assert calls and all(isinstance(c, MalformedCall) for c in calls)
+
+
+# -- deepseekv3 / deepseekv32 / minimax-m2 / gpt-oss / mistral ---------------------------------------------
+
+
+def test_deepseekv3_reads_the_fenced_json_and_wants_the_function_type():
+    call = "<｜tool▁call▁begin｜>{}<｜tool▁sep｜>{}\n```json\n{}\n```<｜tool▁call▁end｜>"
+    text = "Sure.<｜tool▁calls▁begin｜>" + call.format("function", "add", '{"a": 1}') + "\n"
+    text += call.format("function", "mul", '{"b": 2}') + "<｜tool▁calls▁end｜>"
+    result = get_tool_parser("deepseekv3").parse(text)
+    assert [(c.name, c.input) for c in result.calls] == [("add", {"a": 1}), ("mul", {"b": 2})]
+    assert result.content == "Sure."
+    wrong_type = "<｜tool▁calls▁begin｜>" + call.format("tool", "add", "{}") + "<｜tool▁calls▁end｜>"
+    assert (
+        "the call type 'function'"
+        in _only_error(get_tool_parser("deepseekv3").parse(wrong_type).calls).message
+    )
+    v31 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    assert _only_error(get_tool_parser("deepseekv3").parse(v31).calls).kind == "missing_name"
+    assert _only_error(get_tool_parser("deepseekv31").parse(text).calls[:1]).kind == "bad_json", (
+        "each DeepSeek parser refuses the other's format: auto cannot mistake them"
+    )
+
+
+DSML_CALL = '<｜DSML｜invoke name="mix">\n{}\n</｜DSML｜invoke>'
+DSML_PARAMETER = '<｜DSML｜parameter name="{}" string="{}">{}</｜DSML｜parameter>'
+
+
+def test_deepseekv32_types_values_by_the_string_attribute():
+    parameters = "\n".join(
+        [
+            DSML_PARAMETER.format("s", "true", "42"),
+            DSML_PARAMETER.format("n", "false", "7"),
+            DSML_PARAMETER.format("cfg", "false", '{"k": "é"}'),
+            DSML_PARAMETER.format("code", "true", "print(1)\n\nprint(2)"),
+        ]
+    )
+    text = "\n\n<｜DSML｜function_calls>\n" + DSML_CALL.format(parameters) + "\n</｜DSML｜function_calls>"
+    (call,) = _calls(get_tool_parser("deepseekv32"), text)
+    assert call.input == {"s": "42", "n": 7, "cfg": {"k": "é"}, "code": "print(1)\n\nprint(2)"}
+    body = "\n\n<｜DSML｜function_calls>\n" + DSML_CALL.format('{"n": 7}') + "\n</｜DSML｜function_calls>"
+    assert _calls(get_tool_parser("deepseekv32"), body)[0].input == {"n": 7}, "SGLang's JSON-body form"
+
+
+@pytest.mark.parametrize(
+    ("parameter", "kind", "message"),
+    [
+        (DSML_PARAMETER.format("n", "maybe", "7"), "bad_arguments", 'string="maybe" is not true or false'),
+        (DSML_PARAMETER.format("n", "false", "seven"), "bad_arguments", "is not JSON"),
+        (DSML_PARAMETER.format("n", "false", "1") * 2, "bad_arguments", "duplicate"),
+        ("junk", "bad_arguments", "unexpected text"),
+    ],
+)
+def test_deepseekv32_malformed(parameter, kind, message):
+    text = "<｜DSML｜function_calls>" + DSML_CALL.format(parameter) + "</｜DSML｜function_calls>"
+    error = _only_error(_calls(get_tool_parser("deepseekv32"), text))
+    assert error.kind == kind and message in error.message
+
+
+def test_minimax_types_values_by_the_schema_and_reads_several_invokes():
+    invoke = '<invoke name="{}">\n{}</invoke>\n'
+    parameter = '<parameter name="{}">{}</parameter>\n'
+    text = (
+        "Let me see.\n<minimax:tool_call>\n"
+        + invoke.format(
+            "mix",
+            parameter.format("n", "7")
+            + parameter.format("s", "42")
+            + parameter.format("items", '[1, "two"]'),
+        )
+        + invoke.format("add", parameter.format("a", "1") + parameter.format("b", "2"))
+        + "</minimax:tool_call>"
+    )
+    result = get_tool_parser("minimax-m2").parse(text, tools=SCHEMAS)
+    assert [(c.name, c.input) for c in result.calls] == [
+        ("mix", {"n": 7, "s": "42", "items": [1, "two"]}),
+        ("add", {"a": 1, "b": 2}),
+    ]
+    assert result.content == "Let me see."
+    error, added = _calls(get_tool_parser("minimax-m2"), text.replace('"n">7', '"n">seven'))
+    assert (
+        isinstance(error, MalformedCall)
+        and error.kind == "bad_arguments"
+        and "expected an integer" in error.message
+    )
+    assert isinstance(added, ToolCall), "the next invoke is read on its own"
+
+
+HARMONY_CALL = "<|channel|>commentary to=functions.add <|constrain|>json<|message|>{}"
+
+
+def test_gpt_oss_reads_channels_and_both_recipient_places():
+    parser = get_tool_parser("gpt-oss")
+    text = "<|channel|>analysis<|message|>I add.<|end|><|start|>assistant" + HARMONY_CALL.format(
+        '{"a": 1, "b": 2}'
+    )
+    result = parser.parse(text, tools=SCHEMAS)
+    assert result.reasoning == "I add." and [(c.name, c.input) for c in result.calls] == [
+        ("add", {"a": 1, "b": 2})
+    ]
+    template = (
+        ' to=functions.add<|channel|>commentary json<|message|>{"a": 1}'  # as the chat template writes it
+    )
+    assert [(c.name, c.input) for c in parser.parse(template).calls] == [("add", {"a": 1})]
+    answer = parser.parse(
+        "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>5"
+    )
+    assert (answer.content, answer.reasoning, answer.calls) == ("5", "think", [])
+    python = parser.parse("<|channel|>commentary to=python<|message|>{}")
+    assert [c.name for c in python.calls] == ["python"], "a built-in tool: the policy says it is unknown"
+
+
+def test_gpt_oss_text_after_a_message_end_is_an_error():
+    text = HARMONY_CALL.format('{"a": 1}') + "<|call|>stray"
+    assert _only_error(get_tool_parser("gpt-oss").parse(text).calls).kind == "bad_json"
+
+
+def test_mistral_reads_the_array_the_compact_form_and_keeps_call_ids():
+    parser = get_tool_parser("mistral")
+    array = 'Sure.[TOOL_CALLS] [{"name": "add", "arguments": {"a": 1}, "id": "a1b2c3d4e"}, {"name": "mul", "arguments": {}}]'
+    result = parser.parse(array)
+    assert [(c.name, c.input, c.id) for c in result.calls] == [
+        ("add", {"a": 1}, "a1b2c3d4e"),
+        ("mul", {}, None),
+    ]
+    assert result.content == "Sure."
+    compact = '[TOOL_CALLS]add[CALL_ID]a1b2c3d4e[ARGS]{"a": 1}[TOOL_CALLS]mul[ARGS]{"b": 2}'
+    assert [(c.name, c.input, c.id) for c in parser.parse(compact).calls] == [
+        ("add", {"a": 1}, "a1b2c3d4e"),
+        ("mul", {"b": 2}, None),
+    ]
+    thinking = parser.parse('[THINK]maybe [TOOL_CALLS]add[ARGS]{"a": 1}[/THINK]Done.')
+    assert (thinking.calls, thinking.reasoning_calls, thinking.content) == ([], 1, "Done.")
+    trailing = _only_error(parser.parse('[TOOL_CALLS]add[ARGS]{"a": 1} and more').calls)
+    assert trailing.kind == "bad_json" and "unexpected text after the call" in trailing.message

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from family_kit import FAMILIES, TEMPLATES, family_tokenizer
+from family_kit import FAMILIES, SUPPORTED, TEMPLATES, family_tokenizer
 
 from slime_strands import SGLangModel
 from slime_strands.cli.checks import check_template
@@ -26,6 +26,11 @@ EXPECTED = {
     "glm47": ("next role tag", ("<|user|>", "<|observation|>"), "<|assistant|><think>", "mapping"),
     "kimi_k2": ("closing token", ("<|im_end|>",), "<|im_assistant|>assistant<|im_middle|>", "mapping"),
     "deepseekv31": ("closing token", ("<｜end▁of▁sentence｜>",), "<｜Assistant｜></think>", "json"),
+    # DeepSeek-V3 / V3.2: the user turn writes "<｜Assistant｜>" (V3.2: and "</think>" / "<think>") itself
+    "deepseekv3": ("closing token", ("<｜end▁of▁sentence｜>",), "", "json"),
+    "deepseekv32": ("closing token", ("<｜end▁of▁sentence｜>",), "", "mapping"),
+    "minimax-m2": ("closing token", ("[e~[",), "]~b]ai\n<think>\n", "mapping"),
+    "mistral": ("closing token", ("</s>",), "", "mapping"),
     "llama3": (
         "closing token",
         ("<|eot_id|>",),
@@ -45,12 +50,16 @@ END_TOKENS = {
     "glm47": ("<|endoftext|>",),
     "kimi_k2": ("<|eom_id|>",),
     "deepseekv31": (),
+    "deepseekv3": (),
+    "deepseekv32": (),
+    "minimax-m2": (),
+    "mistral": ("<|eom_id|>",),  # Mistral's test tokenizer is Llama 3's with Mistral's tokens added
     "llama3": ("<|eom_id|>", "<|end_of_text|>"),
 }
 
 
 @pytest.mark.parametrize("enable_thinking", [None, True, False])
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", SUPPORTED)
 def test_probe_and_detection_for_every_family(name, enable_thinking):
     tok = family_tokenizer(name)
     renderer = ChatRenderer(tok, enable_thinking=enable_thinking, probe=False)
@@ -76,6 +85,9 @@ def test_probe_and_detection_for_every_family(name, enable_thinking):
         ("glm47", False, False),
         ("deepseekv31", True, True),
         ("deepseekv31", False, False),
+        ("deepseekv32", True, True),
+        ("deepseekv32", False, False),
+        ("minimax-m2", None, True),
     ],
 )
 def test_generation_prompts_that_open_or_close_reasoning(name, enable_thinking, opens):
@@ -214,27 +226,59 @@ UNKNOWN_FORMAT = (
 )
 
 
-def test_auto_names_the_choices_when_it_cannot_tell():
+def test_auto_refuses_a_template_whose_calls_no_parser_reads():
+    """A template that renders calls in a format no registered parser reads gets no parser (the tokenizer's
+    special tokens fit hermes and qwen3_coder, but neither reads the calls the template renders); a parser set
+    by name is checked the same way."""
     tok = _with_template("hermes", UNKNOWN_FORMAT)
     with pytest.raises(ConfigurationError) as info:
         SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9")
     message = str(info.value)
-    assert "tool_parser: auto cannot tell" in message and "renders no tool call" in message
+    assert "tool_parser: auto found no parser" in message and "no registered parser reads back" in message
+    assert "[TOOL_CALLS]probe_tool(" in message, "the rendered call is shown"
+    assert "hermes: it finds no tool call" in message and "deepseekv3: it finds no tool call" in message
+    with pytest.raises(
+        ConfigurationError, match="tool_parser 'hermes' cannot read the tool call the chat template"
+    ):
+        SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9", tool_parser="hermes")
+
+
+def test_auto_names_the_choices_when_the_template_renders_no_calls():
+    no_calls = UNKNOWN_FORMAT.replace("{%- for tc in m.tool_calls or [] -%}", "{%- for tc in [] -%}")
+    tok = _with_template("hermes", no_calls)
+    with pytest.raises(ConfigurationError) as info:
+        SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9")
+    message = str(info.value)
+    assert "tool_parser: auto cannot tell" in message and "does not render tool calls" in message
     assert "['hermes', 'qwen3_coder']" in message, "the special tokens fit both <tool_call> formats"
     assert "set tool_parser to one of ['hermes', 'qwen3_coder', 'glm45', 'glm47'" in message
     model = SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9", tool_parser="hermes")
-    assert model.tool_parser.name == "hermes"
+    assert model.tool_parser.name == "hermes", "nothing to check a named parser against"
+
+
+NO_CALLS = (
+    "{{ bos_token }}{%- for m in messages -%}{%- if m.role == 'user' -%}<｜User｜>{{ m.content }}"
+    "{%- elif m.role == 'assistant' -%}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>"
+    "{%- else -%}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<｜Assistant｜>{%- endif -%}"
+)
 
 
 def test_auto_falls_back_to_special_tokens_when_the_template_renders_no_calls():
-    no_calls = (
-        "{{ bos_token }}{%- for m in messages -%}{%- if m.role == 'user' -%}<｜User｜>{{ m.content }}"
-        "{%- elif m.role == 'assistant' -%}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>"
-        "{%- else -%}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>{%- endif -%}{%- endfor -%}"
-        "{%- if add_generation_prompt -%}<｜Assistant｜>{%- endif -%}"
+    kimi = (
+        NO_CALLS.replace("<｜User｜>", "<|im_user|>")
+        .replace("<｜Assistant｜>", "<|im_assistant|>")
+        .replace("<｜end▁of▁sentence｜>", "<|im_end|>")
     )
-    name, why = detect_tool_parser(ChatRenderer(_with_template("deepseekv31", no_calls)))
-    assert name == "deepseekv31" and "special tokens" in why
+    name, why = detect_tool_parser(ChatRenderer(_with_template("kimi_k2", kimi)))
+    assert name == "kimi_k2" and "renders no tool call to check it against" in why and "special tokens" in why
+
+
+def test_special_tokens_two_formats_share_decide_nothing():
+    """DeepSeek-V3 / R1 and DeepSeek-V3.1 write calls with the same special tokens in different formats: a
+    template that renders no call cannot tell them apart (today's auto picked deepseekv31 for an R1 template)."""
+    with pytest.raises(ConfigurationError, match=r"special tokens fit \['deepseekv31', 'deepseekv3'\]"):
+        detect_tool_parser(ChatRenderer(_with_template("deepseekv31", NO_CALLS)))
 
 
 def test_template_that_drops_tool_results_is_refused():
@@ -264,23 +308,25 @@ def test_model_config_extends_strands_base_config():
     assert model.context_window_limit == 4096, "Strands reads the window the model was given"
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", SUPPORTED)
 def test_check_template_report(name):
     report = check_template(family_tokenizer(name), None)
-    assert report.usable and report.parser == name and report.family == FAMILIES_DESCRIPTION[name]
+    assert report.usable and report.parser == name and report.family == FAMILIES[name].family
     text = "\n".join(report.lines())
     assert f"tool parser: {name}" in text and "token-in/token-out: safe" in text
 
 
-FAMILIES_DESCRIPTION = {
-    "hermes": "Qwen2.5 / Qwen3 / Hermes",
-    "qwen3_coder": "Qwen3-Coder / Qwen3.5 / Qwen3.6",
-    "glm45": "GLM-4.5 / GLM-4.6",
-    "glm47": "GLM-4.7 / GLM-5",
-    "kimi_k2": "Kimi-K2 / Kimi-K2-Thinking",
-    "deepseekv31": "DeepSeek-V3.1",
-    "llama3": "Llama 3.1 / 3.2 / 3.3",
-}
+REFUSED = sorted(name for name, family in FAMILIES.items() if family.refused)
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_refused_family_is_refused_at_start_with_its_reason(name):
+    """Its parser is still detected from the template; the model refuses the template when it is built."""
+    family, tok = FAMILIES[name], family_tokenizer(name)
+    report = check_template(tok, None)
+    assert not report.usable and report.parser == name and family.refused in (report.reason or "")
+    with pytest.raises(TemplateError, match=family.refused):
+        SGLangModel(tokenizer=tok, base_url="http://127.0.0.1:9")
 
 
 OBSERVATION_ROLE = (  # ChatGLM3-style: tool results are messages of role "observation"

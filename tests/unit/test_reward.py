@@ -98,7 +98,7 @@ def test_final_turn_located_from_rollout_metadata_for_any_template():
     final = "[/INST] Answer: 34</s>"
     response = "tool said Answer: 99 " + final
     meta = metadata(final_turn_chars=len(final))
-    assert final_answer_text(response, meta).strip().startswith("[/INST] Answer: 34")
+    assert final_answer_text(response, meta).strip() == "Answer: 34", "Mistral's markup is not answer text"
     assert grade(response.replace("34", "12"), "12", metadata=meta) is True
     wrong = "tool said Answer: 34 [/INST] Answer: 99</s>"
     assert grade(wrong, "34", metadata=metadata(final_turn_chars=len(" [/INST] Answer: 99</s>"))) is False
