@@ -57,8 +57,8 @@ else
     rm -rf "$venv"
     "$python" -m venv "$venv"
     pip=("$venv/bin/python" -m pip install --quiet --no-deps --disable-pip-version-check)
-    "${pip[@]}" -r "$requirements"
-    "${pip[@]}" -e "$repo"
+    { "${pip[@]}" -r "$requirements" && "${pip[@]}" -e "$repo"; } >"$venv/pip.log" 2>&1 ||
+        { tail -n 30 "$venv/pip.log" >&2; echo "build_driver_venv.sh: pip failed (log: $venv/pip.log)" >&2; exit 1; }
     mkdir "$venv/megatron-lm"
     tar -xzf "$megatron_tarball" -C "$venv/megatron-lm"
     # After pip: pip sees only what it installed itself, never the server venv's packages.

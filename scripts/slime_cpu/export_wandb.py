@@ -28,7 +28,10 @@ def history_rows(run_file: Path) -> list[dict[str, Any]]:
         record.ParseFromString(data)
         if record.WhichOneof("record_type") != "history":
             continue
-        values = {(item.key or "/".join(item.nested_key)): json.loads(item.value_json) for item in record.history.item}
+        values = {
+            (item.key or "/".join(item.nested_key)): json.loads(item.value_json)
+            for item in record.history.item
+        }
         rows.append(values)
     return rows
 

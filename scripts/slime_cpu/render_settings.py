@@ -49,7 +49,10 @@ def main(argv: list[str]) -> int:
         PluginSettings.from_yaml(str(tmp))
     except (SlimeStrandsError, ValueError, TypeError) as exc:
         tmp.unlink()
-        print(f"render_settings: {overlay_path} on {base_path} is not a valid settings file: {exc}", file=sys.stderr)
+        print(
+            f"render_settings: {overlay_path} on {base_path} is not a valid settings file: {exc}",
+            file=sys.stderr,
+        )
         return 2
     tmp.replace(out)
     return 0

@@ -6,8 +6,8 @@ on the tiny random-weight Qwen3 (the real-SGLang tier's venv, model and flags: `
         --address-file ADDR
 
 Once both answer it writes ``127.0.0.1:PORT`` (the proxy) to ``--address-file`` and waits. SIGTERM or SIGINT
-stops the proxy, writes every exchange it saw to ``--record`` (one JSON object a line: method, path, body,
-status, answer) and stops the server's whole process group; exit status 0. A server that dies on its own ends
+stops the proxy, writes every exchange it saw to ``--record`` (one JSON object a line: method, path,
+headers, body, status, answer) and stops the server's whole process group; exit status 0. A server that dies on its own ends
 this process with status 1 and the end of its log. The record lets the tests check each trained token against
 what the server really answered (``test_slime_train.py``).
 """
@@ -24,15 +24,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the real-SGLang tier's helpers
 
-from real_sglang.recording_proxy import RecordingProxy  # noqa: E402
-from real_sglang.server_process import SGLangServerProcess, ServerStartError  # noqa: E402
-from real_sglang.tiny_model import make_tiny_model  # noqa: E402
+from real_sglang.recording_proxy import RecordingProxy
+from real_sglang.server_process import ServerStartError, SGLangServerProcess
+from real_sglang.tiny_model import make_tiny_model
 
 _POLL_S = 1.0
 
 
 def _parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sglang-python", required=True, help="the server venv's python")
     parser.add_argument("--model-dir", required=True, type=Path, help="where the tiny model is written")
     parser.add_argument("--log", required=True, type=Path, help="the server's log")
@@ -48,6 +50,7 @@ def _write_record(proxy: RecordingProxy, path: Path) -> None:
             row: dict[str, Any] = {
                 "method": exchange.method,
                 "path": exchange.path,
+                "headers": exchange.headers,
                 "body": exchange.body,
                 "status": exchange.status,
                 "answer": exchange.answer,
