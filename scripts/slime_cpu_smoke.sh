@@ -23,7 +23,7 @@
 # be new, empty, or an earlier smoke's (which is cleared). Any failure stops the smoke with one [slime-strands]
 # ERROR line and a non-zero status, after stopping what it started.
 #
-# Knobs (environment): the run's size NUM_ROLLOUT (3), ROLLOUT_BATCH_SIZE (2), N_SAMPLES_PER_PROMPT (2),
+# Knobs (environment): the run's size NUM_ROLLOUT (4), ROLLOUT_BATCH_SIZE (2), N_SAMPLES_PER_PROMPT (2),
 # OVER_SAMPLING_BATCH_SIZE (4), MAX_RESPONSE_LEN (512), EVAL_PROMPTS (2), EVAL_N_SAMPLES (2); SMOKE_TIMEOUT_S
 # (1800, train.py's time limit); SLIME_STRANDS_SGLANG_PYTHON (a server venv's python to use instead of building
 # one, e.g. the real-SGLang tier's).
@@ -43,7 +43,7 @@ SMOKE_MARKER=".slime-cpu-smoke"
 : "${SMOKE_TIMEOUT_S:=1800}"
 : "${EVAL_PROMPTS:=2}"
 # The recipe's knobs, at the smoke's size (common.sh's ss_defaults fills in the rest).
-: "${NUM_ROLLOUT:=3}"
+: "${NUM_ROLLOUT:=4}"
 : "${ROLLOUT_BATCH_SIZE:=2}"
 : "${N_SAMPLES_PER_PROMPT:=2}"
 : "${GLOBAL_BATCH_SIZE:=$((ROLLOUT_BATCH_SIZE * N_SAMPLES_PER_PROMPT))}"
@@ -83,16 +83,22 @@ smoke_stop_group() { # pgid grace_s what
     fi
 }
 
+# Both stop at once (each takes tens of seconds); the server's group gets its own SIGTERM first, so its
+# supervisor writes requests.jsonl before anything is killed.
 smoke_cleanup() {
     local rc=$?
+    local pids=()
     if [ -n "${SMOKE_RAY_PID}" ]; then
-        smoke_stop_group "${SMOKE_RAY_PID}" 60 "the Ray head"
+        smoke_stop_group "${SMOKE_RAY_PID}" 60 "the Ray head" &
+        pids+=($!)
         SMOKE_RAY_PID=""
     fi
     if [ -n "${SMOKE_SERVE_PID}" ]; then
-        smoke_stop_group "${SMOKE_SERVE_PID}" 90 "the SGLang server"
+        smoke_stop_group "${SMOKE_SERVE_PID}" 90 "the SGLang server" &
+        pids+=($!)
         SMOKE_SERVE_PID=""
     fi
+    [ "${#pids[@]}" = 0 ] || wait "${pids[@]}" || true
     [ -z "${SMOKE_RAY_TMP}" ] || rm -rf "${SMOKE_RAY_TMP}"
     return "$rc"
 }

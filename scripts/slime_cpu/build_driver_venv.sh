@@ -69,10 +69,14 @@ else
     echo "$server_site" >"$site/zz-slime-strands-server-torch.pth" # last: the venv's own packages win
     echo "$want" >"$stamp"
 fi
-(cd "$slime" && SLIME_STRANDS_CPU_ACCELERATOR=1 "$venv/bin/python" -W ignore -c '
+(cd "$slime" && SLIME_STRANDS_CPU_ACCELERATOR=1 "$venv/bin/python" -c '
 import megatron.training, ray, sglang.srt.server_args, slime.utils.arguments, slime.ray.placement_group
 from slime.utils import accelerator
 assert accelerator.get_accelerator().name == "cpu", accelerator.get_accelerator()
 import slime_strands.rollout, slime_strands.metrics, slime_strands.reward_norm
-') || { echo "build_driver_venv.sh: what train.py imports does not import in $venv" >&2; exit 1; }
+') >"$venv/import-check.log" 2>&1 || {
+    tail -n 30 "$venv/import-check.log" >&2
+    echo "build_driver_venv.sh: what train.py imports does not import in $venv (log: $venv/import-check.log)" >&2
+    exit 1
+}
 echo "$venv/bin/python"

@@ -58,7 +58,9 @@ def test_every_saved_sample_is_what_the_server_wrote(smoke: SmokeRun) -> None:
         masked = _masked_before(smoke, sample)
         assert_sample_invariants(sample, masked_before=masked)
         turns = served_turns(sample, smoke.log, masked_before=masked)
-        assert len(sample.weight_versions) >= len(turns), (
+        # one server answer per turn: a grammar-constrained turn slime's abort cut is asked again whole
+        assert len(turns) == SmokeRun.record(sample).turns, f"sample {sample.index}"
+        assert len(sample.weight_versions) == len(turns), (
             f"sample {sample.index}: a weight version per answer"
         )
 
@@ -144,29 +146,31 @@ def test_slime_aborted_episodes_and_continued_them_at_a_later_step(smoke: SmokeR
         int(n) for n in re.findall(r"Collected (\d+) partial samples", (smoke.out / "train.log").read_text())
     ]
     assert sum(collected) > 0, "slime's abort collected no partial sample"
-    continued = []
+    carried = []  # episodes that continued with turns from before an abort
     for rollout_id, samples in smoke.train.items():
         for sample in samples:
             record = SmokeRun.record(sample)
-            if record.continuations:
-                continued.append(sample)
+            assert record.regenerations >= record.continuations
+            if record.turns_saved:
+                assert record.continuations >= 1
+                # slime marks a partial sample with the step that aborted it when it holds a response
                 assert sample.metadata["start_rollout_id"] < rollout_id
-                assert record.regenerations >= record.continuations
-                assert record.turns_saved >= 1
-    assert continued, "no continued episode was saved"
-    for sample in continued:
+                carried.append(sample)
+    assert carried, "no saved episode continued with turns from before slime's abort"
+    for sample in carried:
         record = SmokeRun.record(sample)
         turns = served_turns(sample, smoke.log, masked_before=_masked_before(smoke, sample))
-        # The carried turns were answered before one of slime's aborts, the rest after it, each exactly once.
+        prompt_len = len(sample.tokens) - sample.response_length
+        # Its trajectory: turns the server answered before one of slime's aborts, then turns answered after it,
+        # the first of which went on from the carried turns (not from the prompt: nothing was generated again).
         seams = [
             i
             for i in range(1, len(turns))
             if any(turns[i - 1].order < a < turns[i].order for a in smoke.log.abort_orders)
         ]
         assert seams, f"sample {sample.index}: no abort between its turns"
-        carried = turns[: seams[-1]]
-        assert len({t.order for t in turns}) == len(turns)
-        assert len([t for t in carried if t.finish != "abort"]) >= record.turns_saved - 1
+        assert seams[-1] >= record.turns_saved, (sample.index, seams, record.turns_saved)
+        assert len(turns[seams[-1]].input_ids) > prompt_len
 
 
 def test_eval_ran_through_slimes_eval_path_with_the_eval_reward(smoke: SmokeRun) -> None:
