@@ -60,6 +60,7 @@ SMOKE_MARKER=".slime-cpu-smoke"
 
 SMOKE_SERVE_PID=""
 SMOKE_RAY_PID=""
+SMOKE_TRAIN_PID=""
 SMOKE_RAY_TMP=""
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +89,10 @@ smoke_stop_group() { # pgid grace_s what
 smoke_cleanup() {
     local rc=$?
     local pids=()
+    if [ -n "${SMOKE_TRAIN_PID}" ]; then # interrupted while train.py ran
+        smoke_stop_group "${SMOKE_TRAIN_PID}" 30 "train.py"
+        SMOKE_TRAIN_PID=""
+    fi
     if [ -n "${SMOKE_RAY_PID}" ]; then
         smoke_stop_group "${SMOKE_RAY_PID}" 60 "the Ray head" &
         pids+=($!)
@@ -221,13 +226,18 @@ smoke_train_args() {
         --save-debug-rollout-data "${OUT}/rollout_{rollout_id}.pt")
 }
 
+# train.py runs in a session of its own (its pid leads the group of timeout and the driver), in the
+# background so that a signal reaches this script's trap at once instead of after train.py.
 smoke_train() {
     smoke_train_args
     local cmd=(timeout --signal=TERM --kill-after=60 "${SMOKE_TIMEOUT_S}" "${PYTHON}" train.py "${TRAIN_ARGS[@]}")
     ss_print_cmd "${cmd[@]}" >"${OUT}/run_config/command.txt"
     ss_log "running slime's train.py (log: ${OUT}/train.log; command: ${OUT}/run_config/command.txt)"
     local rc=0 started=${SECONDS}
-    (cd "${SLIME_DIR}" && RAY_ADDRESS="127.0.0.1:${RAY_PORT}" "${cmd[@]}") >"${OUT}/train.log" 2>&1 </dev/null || rc=$?
+    (cd "${SLIME_DIR}" && RAY_ADDRESS="127.0.0.1:${RAY_PORT}" exec setsid "${cmd[@]}") >"${OUT}/train.log" 2>&1 </dev/null &
+    SMOKE_TRAIN_PID=$!
+    wait "${SMOKE_TRAIN_PID}" || rc=$?
+    SMOKE_TRAIN_PID=""
     TRAIN_SECONDS=$((SECONDS - started))
     if [ "${rc}" = 124 ]; then
         ss_die "train.py did not finish within SMOKE_TIMEOUT_S=${SMOKE_TIMEOUT_S} s; see ${OUT}/train.log"

@@ -162,15 +162,19 @@ def test_slime_aborted_episodes_and_continued_them_at_a_later_step(smoke: SmokeR
         turns = served_turns(sample, smoke.log, masked_before=_masked_before(smoke, sample))
         prompt_len = len(sample.tokens) - sample.response_length
         # Its trajectory: turns the server answered before one of slime's aborts, then turns answered after it,
-        # the first of which went on from the carried turns (not from the prompt: nothing was generated again).
+        # each continuation going on from the turns before it (not from the prompt: nothing generated again).
+        # A seam is where an abort fell between two of its turns; each continuation carried every turn before
+        # its seam (a turn the abort cut is asked again whole under the grammar), so the seams add up to the
+        # record's turns_saved.
         seams = [
             i
             for i in range(1, len(turns))
             if any(turns[i - 1].order < a < turns[i].order for a in smoke.log.abort_orders)
         ]
         assert seams, f"sample {sample.index}: no abort between its turns"
-        assert seams[-1] >= record.turns_saved, (sample.index, seams, record.turns_saved)
-        assert len(turns[seams[-1]].input_ids) > prompt_len
+        assert sum(seams) == record.turns_saved, (sample.index, seams, record.turns_saved)
+        assert len(seams) <= record.continuations
+        assert all(len(turns[i].input_ids) > prompt_len for i in seams)
 
 
 def test_eval_ran_through_slimes_eval_path_with_the_eval_reward(smoke: SmokeRun) -> None:
