@@ -169,7 +169,9 @@ def test_slime_aborted_episodes_and_continued_them_at_a_later_step(smoke: SmokeR
     """``--partial-rollout`` with over-sampling: slime aborted the slowest episodes when a step had its batch,
     put their groups back in its buffer, and a later step handed them back; with ``resume_aborted`` the episode
     went on where it stopped: its turns from before the abort were not generated again."""
-    assert smoke.config["partial_rollout"] == 1 and smoke.settings.resume_aborted
+    if smoke.config["partial_rollout"] != 1 or smoke.config["num_rollout"] < 2:
+        pytest.skip("a smoke variant without partial rollout or with one step: nothing can continue")
+    assert smoke.settings.resume_aborted
     assert smoke.config["over_sampling_batch_size"] > smoke.config["rollout_batch_size"]
     collected = [
         int(n) for n in re.findall(r"Collected (\d+) partial samples", (smoke.out / "train.log").read_text())
