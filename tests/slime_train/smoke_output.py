@@ -36,7 +36,6 @@ class Answer:
     output_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     finish: str
-    routing_key: str | None
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,6 @@ class ServerLog:
                     output_ids=tuple(int(p[1]) for p in pairs),
                     logprobs=tuple(float(p[0]) for p in pairs),
                     finish=meta["finish_reason"]["type"],
-                    routing_key=(row.get("headers") or {}).get("x-smg-routing-key"),
                 )
             )
         by_input: dict[tuple[int, ...], list[Answer]] = defaultdict(list)
