@@ -272,9 +272,10 @@ def test_the_exit_status_table_is_the_code():
 
 
 def test_every_rollout_metric_key_is_logged():
-    """The wandb table's ``rollout/strands/*`` keys are what ``metrics.aggregate`` produces."""
+    """The wandb table's ``rollout/strands/*`` keys are what ``metrics.aggregate`` produces from the samples, or
+    what the process's client knows of the server (``metrics.SERVER_KEYS``)."""
     from slime_strands.agent.record import EpisodeRecord, SegmentRecord, Termination
-    from slime_strands.metrics import aggregate
+    from slime_strands.metrics import SERVER_KEYS, aggregate
     from slime_strands.testing.slime_types import Sample
 
     segments = [
@@ -288,7 +289,7 @@ def test_every_rollout_metric_key_is_logged():
         segments=segments, segment=1, continuations=1, turns_saved=1,
     )  # fmt: skip
     sample = Sample(status=Sample.Status.COMPLETED, metadata={"strands": record.to_metadata()})
-    logged = set(aggregate([sample]))
+    logged = set(aggregate([sample])) | set(SERVER_KEYS)
     cells = [
         row.split("|")[1]
         for row in _section(_doc("training.md"), "## 5. Watch it in wandb").splitlines()
