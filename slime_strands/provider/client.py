@@ -60,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_BACKOFF_CEILING = 8
+"""The longest backoff between two attempts, in ``retry_delay``s."""
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 # Idle pooled connections are dropped before SGLang's uvicorn drops them (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s):
 # a request written on a connection the server is closing fails and costs a retry with backoff.
@@ -286,7 +288,8 @@ class SGLangClient:
         self._discovery: dict[asyncio.AbstractEventLoop, asyncio.Task[int | None]] = {}
         """The window discovery running on each loop: concurrent turns wait for one instead of each asking."""
         self.reachability = reachability_of(self.base_url)
-        """Whether the server answers: logged once when it stops and once when it answers again."""
+        """Whether the server answers: logged once when it stops and once when it answers again; requests timing
+        out while it answers others, once per stretch."""
 
     def __repr__(self) -> str:
         return f"SGLangClient({self.base_url!r}, max_connections={self.max_connections})"
@@ -325,7 +328,7 @@ class SGLangClient:
 
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with jitter, between ``retry_delay / 2`` and ``8 * retry_delay``."""
-        ceiling = min(self.retry_delay * (2**attempt), 8 * self.retry_delay)
+        ceiling = min(self.retry_delay * (2**attempt), _BACKOFF_CEILING * self.retry_delay)
         return random.uniform(min(self.retry_delay / 2, ceiling), ceiling)
 
     async def _request(
@@ -358,13 +361,19 @@ class SGLangClient:
                     response = await self._send(method, path, data, request_headers)
             except _TRANSPORT_ERRORS as exc:  # connect errors, resets, disconnects, timeouts, bad framing
                 last_error = exc
-                self.reachability.failed(f"{method} {path}: {exc!r}")
+                if _gave_up_waiting(exc):  # sent, not answered in time: busy, or gone (Reachability tells)
+                    retried_within = (
+                        None if self.timeout is None else self.timeout + _BACKOFF_CEILING * self.retry_delay
+                    )
+                    self.reachability.timed_out(f"{method} {path}", self.timeout, retried_within)
+                else:
+                    self.reachability.failed(f"{method} {path}: {exc!r}")
                 logger.debug("SGLang %s %s failed (%r), attempt %d", method, path, exc, number + 1)
                 continue
             if response.status_code >= 500:
                 self.reachability.failed(f"{method} {path}: HTTP {response.status_code}")
-            else:
-                self.reachability.answered()
+            elif path != "/abort_request":  # a server that hangs can still answer aborts of what it holds
+                self.reachability.answered(generated=path == "/generate")
             if response.status_code < 400:
                 return response
             error = _http_error(response)
@@ -376,7 +385,7 @@ class SGLangClient:
             )
         assert last_error is not None
         where = f"{method} {self.base_url}{path}"
-        if isinstance(last_error, TimeoutError):
+        if _gave_up_waiting(last_error):
             raise SGLangTimeoutError(
                 f"{where} timed out: no answer within the {self.timeout} s request timeout in {retries + 1} "
                 "attempt(s) (request_timeout_s; null waits as long as the server needs)"
@@ -665,13 +674,17 @@ class _Attempt:
         self._handle._rids.add(rid)
         try:
             return await self._client._send("POST", "/generate", data, headers)
-        except aiohttp.ConnectionTimeoutError:
-            raise  # never connected: the server has not seen it
-        except TimeoutError:
-            await self._client._abort_given_up(rid)
+        except asyncio.TimeoutError as exc:
+            if _gave_up_waiting(exc):  # not a connect that timed out: the server has it
+                await self._client._abort_given_up(rid)
             raise
         finally:
             self._handle._rids.discard(rid)
+
+
+def _gave_up_waiting(error: BaseException) -> bool:
+    """Whether the client's timeout ended an attempt the server had received (not a connect that timed out)."""
+    return isinstance(error, asyncio.TimeoutError) and not isinstance(error, aiohttp.ConnectionTimeoutError)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:
