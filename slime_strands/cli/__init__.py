@@ -420,7 +420,8 @@ def _add_eval_inputs(p: argparse._ArgumentGroup) -> None:
     p.add_argument(
         "--config",
         metavar="FILE.yaml",
-        help="plugin settings YAML (its strands: section; default: the built-in math agent)",
+        help="plugin settings YAML (its strands: section, as configs/strands_math.yaml; default: the built-in math "
+        "agent); not slime's --eval-config (configs/eval_aime.yaml)",
     )
 
 

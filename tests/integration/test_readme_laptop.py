@@ -106,6 +106,16 @@ def test_the_block_is_what_a_newcomer_needs():
     assert "&&" not in block and "||" not in block, "each command stops the block when it fails"
 
 
+def test_the_block_says_how_many_trajectories_eval_makes():
+    """8 problems, and eval's samples per prompt written out as its default is: a newcomer counts 32 rows."""
+    from slime_strands.cli import _parser
+
+    n = _parser().parse_args(["eval", "--base-url", "u", "--tokenizer", "t", "--data", "d"]).n
+    block = _block()
+    assert "# 8 arithmetic problems" in block
+    assert f"--n {n} " in block and f"# {n} samples each (the default); {8 * n} in all" in block
+
+
 def test_the_readme_laptop_block_runs(tmp_path):
     assert Path(sys.prefix, "bin", "activate").is_file(), "the test runs in a virtualenv, as the block does"
     port = _free_port()
