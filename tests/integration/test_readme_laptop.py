@@ -1,6 +1,6 @@
-"""The README's "Try it on a laptop" block, run as written in one real bash shell: install, the demo server in
-the background, the wait for it, the demo dataset, ``slime-strands eval`` with the shipped math config and the
-real sandbox, ``inspect --html``, ``drift``, and the ``kill`` that stops the server.
+"""The README's first block ("Set up and run the agent"), run as written in one real bash shell: install, the
+demo server in the background, the wait for it, the demo dataset, ``slime-strands eval`` with the shipped math
+config and the real sandbox, ``inspect --html``, ``drift``, and the ``kill`` that stops the server.
 
 Around the block, never inside it:
 

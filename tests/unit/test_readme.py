@@ -302,3 +302,16 @@ def test_every_rollout_metric_key_is_logged():
             continue
         stem = re.sub(r"(\*|<\w+>)$", "", key)
         assert any(name == stem or (stem != key and name.startswith(stem)) for name in logged), key
+
+
+def test_every_readme_block_the_pages_name_is_in_the_readme():
+    """A page that sends the reader to the README's "X" block names a block the README has (docs/testing.md
+    named "Try it on a laptop" after the README had renamed it)."""
+    named = {
+        (path.name, name)
+        for path, text in PAGES.items()
+        for name in re.findall(r"README's (?:first block )?\(?\"([^\"]+)\"", " ".join(text.split()))
+    }
+    assert named, "the pages name the README's blocks"
+    missing = [(page, name) for page, name in sorted(named) if name not in " ".join(README.split())]
+    assert missing == [], missing
