@@ -361,11 +361,10 @@ class SGLangClient:
                     response = await self._send(method, path, data, request_headers)
             except _TRANSPORT_ERRORS as exc:  # connect errors, resets, disconnects, timeouts, bad framing
                 last_error = exc
-                if _gave_up_waiting(exc):  # sent, not answered in time: busy, or gone (Reachability tells)
-                    retried_within = (
-                        None if self.timeout is None else self.timeout + _BACKOFF_CEILING * self.retry_delay
+                if _gave_up_waiting(exc):  # sent, not answered in time: a busy (or hung) server
+                    self.reachability.timed_out(
+                        f"{method} {path}", self.timeout, self._retry_times_out_within()
                     )
-                    self.reachability.timed_out(f"{method} {path}", self.timeout, retried_within)
                 else:
                     self.reachability.failed(f"{method} {path}: {exc!r}")
                 logger.debug("SGLang %s %s failed (%r), attempt %d", method, path, exc, number + 1)
@@ -393,6 +392,11 @@ class SGLangClient:
         raise SGLangConnectionError(
             f"{where} failed after {retries + 1} attempt(s): {last_error!r}"
         ) from last_error
+
+    def _retry_times_out_within(self) -> float | None:
+        """How long after an attempt timed out its retry may time out in turn: the abort of the given-up attempt
+        (a timeout at most), the longest backoff, and the retry's own timeout."""
+        return None if self.timeout is None else 2 * self.timeout + _BACKOFF_CEILING * self.retry_delay
 
     async def _send(
         self, method: str, path: str, data: bytes | None, headers: Mapping[str, str]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 
 import pytest
@@ -97,7 +98,9 @@ async def test_timeouts_of_a_server_that_answers_others_are_one_line_and_a_count
             *(client.generate(ids, PARAMS, routing_key="held") for _ in range(5)), return_exceptions=True
         )
         assert all(isinstance(error, SGLangTimeoutError) for error in timed_out), timed_out
-        await asyncio.sleep(2.3)  # a timeout and the longest backoff with answers and no timeout: it is over
+        await asyncio.sleep(
+            4.3
+        )  # longer than a retry may take to time out, with answers and no timeout: over
         stop.set()
         assert await others > 10
         await client.aclose()
@@ -110,7 +113,7 @@ async def test_timeouts_of_a_server_that_answers_others_are_one_line_and_a_count
     ]
     (count,) = _lines(caplog, "request(s) timed out")
     assert count.startswith(f"SGLang at {url}: 10 request(s) timed out at 2 s in ")
-    assert count.endswith(" while it answered others; none since")
+    assert re.search(r", while it answered \d+ other generation\(s\); none since$", count), count
     assert client.reachability.failures_in_a_row == 0, "a busy server is no failing one (eval's watch)"
 
 
@@ -139,9 +142,10 @@ async def test_a_dead_server_stopped_answering_and_answers_again(tokenizer, capl
     assert _lines(caplog, "time out") == [] and _lines(caplog, "timed out") == []
 
 
-async def test_a_server_that_answers_no_generation_within_the_timeout_stopped_answering(tokenizer, caplog):
-    """Every generation is held (a hung scheduler: it still answers the aborts of the requests it holds): its
-    timeouts are no busy server's, and it is said once that it stopped answering."""
+async def test_a_server_that_answers_no_generation_within_the_timeout_is_said_so_once(tokenizer, caplog):
+    """Every generation is held (overloaded, or a hung scheduler: it still accepts connections and answers the
+    aborts of what it holds): one line says its requests time out and none is answered, never that it stopped
+    answering (it refuses nothing); each such timeout is a failed attempt, so eval's watch asks /health."""
     caplog.set_level(logging.INFO, logger="slime_strands.provider.client")
     ids = tokenizer.encode("x", add_special_tokens=False)
     with SGLangTestServer(tokenizer, context_length=4096) as server:
@@ -156,9 +160,10 @@ async def test_a_server_that_answers_no_generation_within_the_timeout_stopped_an
             "each timed-out attempt is a failure: eval's watch acts"
         )
         await client.aclose()
-    (stopped,) = _lines(caplog, "stopped answering")
-    assert stopped.startswith(
-        f"SGLang at {url} stopped answering (POST /generate: no answer within 1 s, and no other generation "
-        "answered meanwhile)"
-    )
-    assert _lines(caplog, "answers again") == [] and _lines(caplog, "while it answers others") == []
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == [
+        f"requests to SGLang at {url} time out at 1 s and it answered no generation in that time (POST /generate): "
+        "it is overloaded, or hung; they are retried. Raise the request timeout (request_timeout_s, null: no "
+        "limit) or lower the concurrency (slime's --sglang-server-concurrency, eval's --concurrency); a line will "
+        "count them once they stop"
+    ]
