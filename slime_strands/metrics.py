@@ -20,10 +20,10 @@ never become attempts, so a per-attempt rate would not be a rate); ``<p>/termina
 ``<p>/status/<status>`` (fractions of samples: status counts every sample, everything else only samples that
 carry an episode record; termination names come from ``record.TREATMENTS``); ``<p>/remove_sample_rate``; ``<p>/cache_hit_rate`` (cached / prompt tokens);
 ``<p>/tool_token_share`` (tool tokens / response tokens); ``<p>/tool_outputs_truncated_per_sample``;
-``<p>/regenerated_rate``; ``<p>/samples`` (episodes). ``rollout/strands/context_window``: the server's context window
-the process sizes turns by (what the server reports, or what a refusal named and nothing it served contradicts;
-a change is logged at WARNING too), once an episode of this configuration ran in the process. Long-horizon episodes (``context_management``,
-``collect_subagents``): ``<p>/segments_mean|_p50|_p99|_max`` (samples per episode: trajectory segments),
+``<p>/regenerated_rate``; ``<p>/samples`` (episodes). ``rollout/strands/context_window``: the server's context
+window the process sizes turns by (what the server reports, or what a refusal named and nothing it served
+contradicts; a change is logged at WARNING too), once an episode of this configuration ran in the process.
+Long-horizon episodes (``context_management``, ``collect_subagents``): ``<p>/segments_mean|_p50|_p99|_max`` (samples per episode: trajectory segments),
 ``<p>/compactions_mean`` and ``<p>/compacted_rate`` (episodes compacted at least once),
 ``<p>/tokens_saved_mean`` (tokens the compactions of an episode removed from its context) and
 ``<p>/tokens_saved_per_compaction``, ``<p>/subagents_mean`` (collected sub-agent segments per episode).

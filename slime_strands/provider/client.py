@@ -289,7 +289,7 @@ class SGLangClient:
         """The window discovery running on each loop: concurrent turns wait for one instead of each asking."""
         self.reachability = reachability_of(self.base_url)
         """Whether the server answers: logged once when it stops and once when it answers again; requests timing
-        out while it answers others, once per stretch."""
+        out (a busy server), once per stretch."""
 
     def __repr__(self) -> str:
         return f"SGLangClient({self.base_url!r}, max_connections={self.max_connections})"

@@ -118,19 +118,22 @@ class _ToolList:
     """How the template writes a tool's name in the tool list of a prompt (``"name": "`` in JSON specs, ``### ``
     in DeepSeek's): the name written so is an offered tool, not a word of a system prompt."""
 
-    before_name: str
+    before_name: str | None
+    """None: the template writes no tool list (every request is taken to offer the tool)."""
 
     @classmethod
     def of(cls, renderer: ChatRenderer) -> _ToolList:
         user = {"role": "user", "content": "PROBLEM-5e1c"}
         rendered = renderer.render([user], tools=[_TOOL], add_generation_prompt=True)
         at = rendered.find(TOOL_NAME)
+        if at < 0:
+            return cls(None)
         start = max(rendered.rfind("\n", 0, at) + 1, at - 16)
         return cls(rendered[start:at])
 
     def offers(self, prompt: str) -> bool:
         """Whether ``prompt`` (up to the end of the first user message) offers the policy's tool."""
-        return self.before_name + TOOL_NAME in prompt
+        return self.before_name is None or self.before_name + TOOL_NAME in prompt
 
 
 class MathPolicy:
