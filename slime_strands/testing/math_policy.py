@@ -11,8 +11,9 @@ template's own format (its tool-call format: hermes for Qwen3), one of two turns
    the input), or the value of its program when the tool printed none.
 
 It calls no other tool: a request whose tool list does not hold ``execute_python_code`` (a user's own tools) gets
-the answer at once, worked out without a tool, and says so; to test an agent with its own tools, script the
-turns with :meth:`SGLangTestServer.script <slime_strands.testing.SGLangTestServer.script>`.
+the answer at once, worked out without a tool, and says so (a template that writes no tool list, as DeepSeek
+V3.1's, shows nothing of what is offered: the policy then calls its tool); to test an agent with its own tools,
+script the turns with :meth:`SGLangTestServer.script <slime_strands.testing.SGLangTestServer.script>`.
 
 It slips on purpose: with probability ``wrong_rate`` its program has one number off by one, so that answer is
 wrong and an eval's accuracy is neither 0 nor 1. The draw is seeded by ``seed`` and the request's routing key
@@ -124,7 +125,11 @@ class _ToolList:
     @classmethod
     def of(cls, renderer: ChatRenderer) -> _ToolList:
         user = {"role": "user", "content": "PROBLEM-5e1c"}
-        rendered = renderer.render([user], tools=[_TOOL], add_generation_prompt=True)
+        try:  # some templates write the tool list only into a system message (DeepSeek V3.1's)
+            system = {"role": "system", "content": "SYSTEM-5e1c"}
+            rendered = renderer.render([system, user], tools=[_TOOL], add_generation_prompt=True)
+        except TemplateError:  # a template that refuses a system message
+            rendered = renderer.render([user], tools=[_TOOL], add_generation_prompt=True)
         at = rendered.find(TOOL_NAME)
         if at < 0:
             return cls(None)

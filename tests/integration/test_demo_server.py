@@ -181,7 +181,12 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+NO_TOOL_LIST = {"deepseekv31"}
+"""Families whose chat template writes no tool list (DeepSeek V3.1's: its users describe tools in the system
+prompt themselves), so no policy can see which tools a request offers: the demo policy calls its own."""
+
+
+@pytest.mark.parametrize("name", sorted(set(FAMILIES) - NO_TOOL_LIST))
 async def test_an_agent_with_its_own_tools_gets_an_answer_without_a_call(name):
     """A user's own tool (not the policy's execute_python_code) and a system prompt that names the policy's tool
     in prose: the policy calls nothing, answers at once and says why; no call to an unknown tool."""
@@ -196,6 +201,15 @@ async def test_an_agent_with_its_own_tools_gets_an_answer_without_a_call(name):
     text = tokenizer.decode(model.token_manager.token_ids[model.token_manager.prompt_length :])
     assert "The demo policy calls only execute_python_code, which this request does not offer" in text
     assert str(result).strip().endswith("Answer: \\boxed{324}")
+
+
+@pytest.mark.parametrize("name", sorted(NO_TOOL_LIST))
+def test_a_template_without_a_tool_list_is_taken_to_offer_the_policys_tool(name):
+    from slime_strands.template.render import ChatRenderer
+    from slime_strands.testing.math_policy import _ToolList
+
+    tool_list = _ToolList.of(ChatRenderer(family_tokenizer(name), probe=False))
+    assert tool_list.before_name is None and tool_list.offers("any prompt")
 
 
 def test_bad_arguments_are_one_line(tmp_path, capsys):
