@@ -29,7 +29,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-__all__ = ["SGLANG_CONTEXT_MARGIN", "ContextWindow", "LearnedWindow"]
+__all__ = ["SGLANG_CONTEXT_MARGIN", "ContextWindow"]
 
 logger = logging.getLogger("slime_strands.provider.client")
 
@@ -39,13 +39,16 @@ SGLANG_CONTEXT_MARGIN = 6
 and the trajectory stays within ``context - 6`` tokens (one generated token at least)."""
 
 
+_KEPT_ANOMALIES = 256
+"""Distinct contradicted limits counted at most (the oldest is forgotten first)."""
+
+
 @dataclass(frozen=True)
-class LearnedWindow:
-    """A window in use and where it came from."""
+class _Window:
+    """A window in use, and whether a refusal named it (else the server reported it)."""
 
     tokens: int
-    source: str
-    """``reported`` (``/v1/models`` or the info routes) or ``refusal``."""
+    from_refusal: bool
 
 
 class ContextWindow:
@@ -54,7 +57,7 @@ class ContextWindow:
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
         self._lock = threading.Lock()
-        self._windows: list[LearnedWindow] = []
+        self._windows: list[_Window] = []
         """Windows in use, oldest first: the reported one, then each a refusal set below the one before."""
         self._proven = 0
         """The smallest window the served requests allow (0: none served yet)."""
@@ -75,7 +78,7 @@ class ContextWindow:
             old = self.tokens
             if old is not None and tokens >= old:
                 return
-            self._windows.append(LearnedWindow(tokens, "reported"))
+            self._windows.append(_Window(tokens, from_refusal=False))
         self._log_change(old, tokens, "the server reports it", warn=old is not None)
 
     def served(self, input_tokens: int, output_tokens: int) -> None:
@@ -87,31 +90,29 @@ class ContextWindow:
             if proven <= self._proven:
                 return
             self._proven = proven
-            self._proof = f"a request of {input_tokens} input tokens ({output_tokens} generated) it served"
+            proof = self._proof = (
+                f"a request of {input_tokens} input tokens ({output_tokens} generated) it served"
+            )
             old, dropped = self.tokens, None
-            while (
-                self._windows and self._windows[-1].source == "refusal" and self._windows[-1].tokens < proven
-            ):
+            while self._windows and self._windows[-1].from_refusal and self._windows[-1].tokens < proven:
                 dropped = self._windows.pop()
         if dropped is not None:
-            why = (
-                f"{self._proof} contradicts the limit of {dropped.tokens} tokens a refusal named: an anomaly"
-            )
+            why = f"{proof} contradicts the limit of {dropped.tokens} tokens a refusal named: an anomaly"
             self._log_change(old, self.tokens, why, warn=True)
 
     def refused(self, named: int | None, input_tokens: int, message: str) -> bool:
         """The server refused a request of ``input_tokens`` as too long (``message``: its text), naming the window
         ``named`` (None: the text names none). Returns whether the window in use changed."""
         with self._lock:
-            old = self.tokens
+            old, proof, count = self.tokens, self._proof, 0
             if named is None or (old is not None and named >= old):
                 return False  # nothing new: the refused request did not fit the window in use
             if named < self._proven:
                 count = self._anomalies[named] = self._anomalies.get(named, 0) + 1
-                proof = self._proof
+                if len(self._anomalies) > _KEPT_ANOMALIES:
+                    del self._anomalies[next(iter(self._anomalies))]
             else:
-                self._windows.append(LearnedWindow(named, "refusal"))
-                count = 0
+                self._windows.append(_Window(named, from_refusal=True))
         if count:
             self._log_anomaly(named, proof, old, count, message)
             return False
