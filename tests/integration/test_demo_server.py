@@ -95,12 +95,9 @@ def _start(*argv: str) -> tuple[subprocess.Popen[str], str]:
     assert proc.stdout is not None
     line = proc.stdout.readline()  # blocks until it serves (or exits: an empty line)
     ready = re.match(r"demo server ready at (http://127\.0\.0\.1:\d+): ", line)
-    assert "it calls only execute_python_code" in line, (
-        "where users meet the demo, it says which tool it calls"
-    )
-    if ready is None:
+    if ready is None or "it calls only execute_python_code" not in line:  # where users meet it, it says so
         proc.kill()
-        pytest.fail(f"no ready line: {line!r} {proc.communicate()}")
+        pytest.fail(f"no ready line saying which tool the policy calls: {line!r} {proc.communicate()}")
     return proc, ready.group(1)
 
 
