@@ -28,6 +28,7 @@ __all__ = [
     "runtime_for",
     "sample_contract",
     "score_sample",
+    "served_window",
     "slime_generate_state",
     "template_kwargs",
 ]
@@ -35,7 +36,8 @@ __all__ = [
 _RUNTIMES: dict[tuple[Any, ...], Runtime] = {}
 """The one place runtimes live. slime calls plain functions (``generate`` per sample), so the client pool,
 tokenizer and tools that must outlive a call are kept here, keyed by what they are built from (router URL,
-pool size, plugin settings, checkpoint); :func:`runtime_for` is its only reader and writer. A process sees
+pool size, plugin settings, checkpoint); :func:`runtime_for` is its only writer (:func:`served_window` reads
+the window a runtime's client uses, for the rollout metrics). A process sees
 one key per slime configuration (normally one), so entries are never evicted."""
 _TOP_P_PARAM = "return_top_p_token_ids"
 
@@ -76,12 +78,23 @@ def runtime_for(args: Any) -> Runtime:
     (both checked once per ``args``: :class:`~slime_strands._slime.config.SlimeConfig`).
     """
     settings = SlimeConfig.of(args).settings
-    key = (_router_url(args), _pool_size(args), settings, _arg(args, "hf_checkpoint"))
+    key = _runtime_key(args, settings)
     runtime = _RUNTIMES.get(key)
     if runtime is None:
         client = client_from_slime_args(args, settings)
         runtime = _RUNTIMES[key] = Runtime(settings, client, tokenizer_path=_arg(args, "hf_checkpoint"))
     return runtime
+
+
+def _runtime_key(args: Any, settings: PluginSettings) -> tuple[Any, ...]:
+    return (_router_url(args), _pool_size(args), settings, _arg(args, "hf_checkpoint"))
+
+
+def served_window(args: Any) -> int | None:
+    """The server's context window the runtime of this configuration sizes turns by (reported, or named by a
+    refusal and not contradicted); None before an episode of it ran in this process, or while no answer said."""
+    runtime = _RUNTIMES.get(_runtime_key(args, SlimeConfig.of(args).settings))
+    return None if runtime is None else runtime.client.window.tokens
 
 
 def check_fanout_flags(args: Any) -> None:
