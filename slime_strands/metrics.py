@@ -20,8 +20,10 @@ never become attempts, so a per-attempt rate would not be a rate); ``<p>/termina
 ``<p>/status/<status>`` (fractions of samples: status counts every sample, everything else only samples that
 carry an episode record; termination names come from ``record.TREATMENTS``); ``<p>/remove_sample_rate``; ``<p>/cache_hit_rate`` (cached / prompt tokens);
 ``<p>/tool_token_share`` (tool tokens / response tokens); ``<p>/tool_outputs_truncated_per_sample``;
-``<p>/regenerated_rate``; ``<p>/samples`` (episodes). Long-horizon episodes (``context_management``,
-``collect_subagents``): ``<p>/segments_mean|_p50|_p99|_max`` (samples per episode: trajectory segments),
+``<p>/regenerated_rate``; ``<p>/samples`` (episodes). ``rollout/strands/context_window``: the server's context
+window the process sizes turns by (what the server reports, or what a refusal named and nothing it served
+contradicts; a change is logged at WARNING too), once an episode of this configuration ran in the process.
+Long-horizon episodes (``context_management``, ``collect_subagents``): ``<p>/segments_mean|_p50|_p99|_max`` (samples per episode: trajectory segments),
 ``<p>/compactions_mean`` and ``<p>/compacted_rate`` (episodes compacted at least once),
 ``<p>/tokens_saved_mean`` (tokens the compactions of an episode removed from its context) and
 ``<p>/tokens_saved_per_compaction``, ``<p>/subagents_mean`` (collected sub-agent segments per episode).
@@ -45,10 +47,20 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ._slime.config import SlimeConfig
 from .agent.record import EpisodeRecord, has_malformed_record
+from .errors import SlimeStrandsError
 from .strict_reader import is_number
 
-__all__ = ["aggregate", "log_eval_rollout", "log_rollout", "mean_pass_at_k", "pass_at_k"]
+__all__ = [
+    "SERVER_KEYS",
+    "aggregate",
+    "log_eval_rollout",
+    "log_rollout",
+    "mean_pass_at_k",
+    "pass_at_k",
+    "server_metrics",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +74,8 @@ _DISTRIBUTIONS = (
     "response_tokens",
 )
 _MEANS = ("client_overhead_s", "prompt_tokens", "generated_tokens")
+SERVER_KEYS = ("context_window",)
+"""Rollout keys read from the process's client (:func:`server_metrics`), not from the samples."""
 # Where slime keeps ``log(args, metrics, step_key)`` and ``compute_rollout_step(args, rollout_id)`` across
 # versions (newest first).
 _LOGGING_MODULES = (
@@ -162,6 +176,16 @@ def aggregate(samples: Iterable[Any]) -> dict[str, float]:
     out.update({f"termination/{name}": count / n for name, count in terminations.items()})
     out["remove_sample_rate"] = sum(bool(getattr(s, "remove_sample", False)) for s, _ in pairs) / n
     return out
+
+
+def server_metrics(args: Any) -> dict[str, float]:
+    """What the process knows of the server (un-prefixed :data:`SERVER_KEYS`): the context window its client
+    sizes turns by, once an episode of this configuration ran here and the window is known."""
+    try:
+        window = SlimeConfig.of(args).served_window
+    except (AttributeError, SlimeStrandsError):  # not args this plugin ran with (no router, bad settings)
+        return {}
+    return {} if window is None else {"context_window": float(window)}
 
 
 def _continuation_metrics(records: Sequence[EpisodeRecord]) -> dict[str, float]:
@@ -289,7 +313,7 @@ def log_rollout(
     try:
         flat = _flatten(samples)
         _warn_malformed(flat)
-        metrics = {f"rollout/strands/{k}": v for k, v in aggregate(flat).items()}
+        metrics = {f"rollout/strands/{k}": v for k, v in {**aggregate(flat), **server_metrics(args)}.items()}
         _emit(args, metrics, rollout_id, step_key="rollout/step")
     except Exception:
         logger.warning("slime-strands: rollout metrics failed (training continues)", exc_info=True)

@@ -23,6 +23,7 @@ ignored.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import types
 import typing
@@ -399,7 +400,19 @@ def _top_level_advice(key: Any) -> str:
         return f"did you mean {ARGS_KEY!r}?"
     if key in {f.name for f in dataclasses.fields(PluginSettings)}:
         return f"it is a plugin setting: indent it under {ARGS_KEY}:"
+    if key == "eval":
+        return (
+            "this is slime's --eval-config (the datasets slime evaluates, as configs/eval_aime.yaml), not the "
+            f"plugin's settings file (a {ARGS_KEY}: section, as configs/strands_math.yaml): slime-strands eval "
+            "takes the plugin's settings with --config and the prompts with --data"
+        )
     return f"the plugin's settings file holds only a {ARGS_KEY}: section"
+
+
+def _did_you_mean(name: Any, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest known name, or nothing when none is close."""
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _near_miss(name: Any) -> bool:
@@ -424,11 +437,10 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
         where = prefix.rstrip(".") or "settings"
         raise SettingsError(f"{where}: expected a mapping, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
-        raise SettingsError(
-            f"unknown setting(s) {', '.join(prefix + k for k in unknown)}; known: {sorted(fields)}"
-        )
+        named = ", ".join(prefix + str(k) + _did_you_mean(k, fields) for k in unknown)
+        raise SettingsError(f"unknown setting(s) {named}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     kwargs = {name: _coerce(hints[name], value, prefix + name) for name, value in data.items()}
     try:

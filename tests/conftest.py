@@ -26,3 +26,18 @@ def tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(qwen3_tokenizer_path())
+
+
+@pytest.fixture
+def slime():
+    """slime's real ``slime.rollout.sglang_rollout`` (``partial_kit.real_slime``), its GenerateState fresh; skips
+    where slime's source is not at hand (CI always has it)."""
+    from partial_kit import real_slime
+    from slime_helpers import SLIME_SOURCE_ENV
+
+    with real_slime() as module:
+        if module is None:
+            pytest.skip(f"slime's source is not at hand: set {SLIME_SOURCE_ENV} (CI always has it)")
+        module.GenerateState.clear_instances()
+        yield module
+        module.GenerateState.clear_instances()

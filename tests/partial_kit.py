@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-from slime_helpers import make_args, slime_source
+from slime_helpers import SLIME_LOOP_FLAGS, make_args, slime_source
 
 from slime_strands.agent.record import EpisodeRecord
 from slime_strands.testing import SGLangTestServer, Turn
@@ -43,15 +43,7 @@ def partial_args(server: SGLangTestServer, *, mask: bool, tools: Sequence[str], 
         moe_router_topk=TOPK,
         partial_rollout=True,
         mask_offpolicy_in_partial_rollout=mask,
-        custom_rm_path="slime_strands.reward.math_reward",
-        rollout_global_dataset=True,
-        dynamic_sampling_filter_path=None,
-        custom_generate_function_path="slime_strands.rollout.generate",
-        group_rm=False,
-        rollout_sample_filter_path=None,
-        rollout_all_samples_process_path=None,
-        rollout_sample_hook_path=None,
-        use_distributed_post=False,
+        **SLIME_LOOP_FLAGS,
         strands=strands,
         **overrides,
     )

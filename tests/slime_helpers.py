@@ -49,6 +49,17 @@ SLIME_PARAMS = {  # what slime's GenerateState builds (rollout_stop None, top_p 
     "spaces_between_special_tokens": False,
 }
 TOP_P_PARAMS = {**SLIME_PARAMS, "top_p": 0.9, "custom_params": {"return_top_p_token_ids": True}}
+SLIME_LOOP_FLAGS = {  # what slime's rollout loop and generate_and_rm read besides make_args' flags
+    "custom_generate_function_path": "slime_strands.rollout.generate",
+    "custom_rm_path": "slime_strands.reward.math_reward",
+    "rollout_global_dataset": True,
+    "dynamic_sampling_filter_path": None,
+    "group_rm": False,
+    "rollout_sample_filter_path": None,
+    "rollout_all_samples_process_path": None,
+    "rollout_sample_hook_path": None,
+    "use_distributed_post": False,
+}
 
 
 def slime_args(**flags: Any) -> types.SimpleNamespace:

@@ -481,24 +481,61 @@ print(json.dumps({"env_vars": {
 }}))' "$(ss_python_path)" "$1"
 }
 
-# Build TRAIN_ARGS (the arguments of slime's train.py) from the configuration.
+# train.py's flags, one group per function, each setting an array (SS_<GROUP>_ARGS). The GPU recipes
+# (ss_build_train_args) and the CPU smoke (scripts/slime_cpu_smoke.sh: slime's own train.py on a CPU) both
+# compose them, so the plugin's flags and the rollout, partial-rollout, eval and wandb settings are written once.
+
+# Data, batch and sampling; with PARTIAL_ROLLOUT=1 slime's over-sampling and abort.
+ss_rollout_args() {
+    SS_ROLLOUT_ARGS=(--prompt-data "${TRAIN_DATA}" --input-key prompt --label-key label --rollout-shuffle
+        --num-rollout "${NUM_ROLLOUT}" --rollout-batch-size "${ROLLOUT_BATCH_SIZE}"
+        --n-samples-per-prompt "${N_SAMPLES_PER_PROMPT}" --rollout-max-response-len "${MAX_RESPONSE_LEN}"
+        --rollout-temperature "${ROLLOUT_TEMPERATURE}" --global-batch-size "${GLOBAL_BATCH_SIZE}" --balance-data)
+    if [ -n "${MAX_CONTEXT_LEN}" ]; then
+        SS_ROLLOUT_ARGS+=(--rollout-max-context-len "${MAX_CONTEXT_LEN}")
+    fi
+    if [ "${PARTIAL_ROLLOUT}" = 1 ]; then
+        SS_ROLLOUT_ARGS+=(--partial-rollout
+            --over-sampling-batch-size "${OVER_SAMPLING_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * 3 / 2))}")
+        if [ "${MASK_OFFPOLICY}" = 1 ]; then
+            SS_ROLLOUT_ARGS+=(--mask-offpolicy-in-partial-rollout)
+        fi
+    fi
+}
+
+ss_eval_args() { # eval_config_path
+    SS_EVAL_ARGS=(--eval-interval "${EVAL_INTERVAL}" --eval-config "$1")
+}
+
+# Online with WANDB_KEY, else offline into WANDB_DIR.
+ss_wandb_args() {
+    SS_WANDB_ARGS=(--use-wandb --wandb-project "${WANDB_PROJECT}" --wandb-group "${WANDB_GROUP}"
+        --wandb-dir "${WANDB_DIR}")
+    if [ -n "${WANDB_KEY}" ]; then
+        SS_WANDB_ARGS+=(--wandb-key "${WANDB_KEY}")
+    else
+        SS_WANDB_ARGS+=(--wandb-mode offline)
+    fi
+}
+
+# The plugin: agent rollout, shaped training reward, GRPO groups without their FAILED samples, metrics, and
+# its settings file. No --apply-chat-template: the agent renders the chat itself (the plugin refuses it).
+ss_plugin_args() {
+    SS_PLUGIN_ARGS=(--custom-generate-function-path slime_strands.rollout.generate
+        --custom-rm-path slime_strands.reward.math_reward
+        --custom-reward-post-process-path slime_strands.reward_norm.post_process_rewards
+        --custom-rollout-log-function-path slime_strands.metrics.log_rollout
+        --custom-eval-rollout-log-function-path slime_strands.metrics.log_eval_rollout
+        --custom-config-path "${PLUGIN_CONFIG}" --log-passrate)
+}
+
+# Build TRAIN_ARGS (the arguments of slime's train.py on GPUs) from the configuration.
 ss_build_train_args() { # eval_config_path
     local eval_config="$1"
     local cluster=(--actor-num-nodes "${NUM_NODES}" --actor-num-gpus-per-node "${NUM_GPUS}"
         --num-gpus-per-node "${NUM_GPUS}" --colocate)
     local ckpt=(--hf-checkpoint "${HF_CHECKPOINT}" --ref-load "${TORCH_DIST_DIR}"
         --load "${SAVE_DIR}" --save "${SAVE_DIR}" --save-interval "${SAVE_INTERVAL}")
-    local rollout=(--prompt-data "${TRAIN_DATA}" --input-key prompt --label-key label --rollout-shuffle
-        --num-rollout "${NUM_ROLLOUT}" --rollout-batch-size "${ROLLOUT_BATCH_SIZE}"
-        --n-samples-per-prompt "${N_SAMPLES_PER_PROMPT}" --rollout-max-response-len "${MAX_RESPONSE_LEN}"
-        --rollout-temperature "${ROLLOUT_TEMPERATURE}" --global-batch-size "${GLOBAL_BATCH_SIZE}" --balance-data)
-    [ -n "${MAX_CONTEXT_LEN}" ] && rollout+=(--rollout-max-context-len "${MAX_CONTEXT_LEN}")
-    if [ "${PARTIAL_ROLLOUT}" = 1 ]; then
-        rollout+=(--partial-rollout
-            --over-sampling-batch-size "${OVER_SAMPLING_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * 3 / 2))}")
-        [ "${MASK_OFFPOLICY}" = 1 ] && rollout+=(--mask-offpolicy-in-partial-rollout)
-    fi
-    local eval=(--eval-interval "${EVAL_INTERVAL}" --eval-config "${eval_config}")
     local perf=(--tensor-model-parallel-size "${TP_SIZE}" --sequence-parallel --pipeline-model-parallel-size 1
         --context-parallel-size 1 --expert-model-parallel-size 1 --expert-tensor-parallel-size 1
         --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
@@ -507,31 +544,20 @@ ss_build_train_args() { # eval_config_path
         --entropy-coef 0.00 --eps-clip 0.2 --eps-clip-high 0.28)
     local optimizer=(--optimizer adam --lr "${LR}" --lr-decay-style constant --weight-decay 0.1
         --adam-beta1 0.9 --adam-beta2 0.98)
-    local wandb=(--use-wandb --wandb-project "${WANDB_PROJECT}" --wandb-group "${WANDB_GROUP}"
-        --wandb-dir "${WANDB_DIR}")
-    if [ -n "${WANDB_KEY}" ]; then
-        wandb+=(--wandb-key "${WANDB_KEY}")
-    else
-        wandb+=(--wandb-mode offline)
-    fi
     local sglang=(--rollout-num-gpus-per-engine "${ROLLOUT_GPUS_PER_ENGINE}"
         --sglang-mem-fraction-static "${SGLANG_MEM_FRACTION}")
     local misc=(--attention-dropout 0.0 --hidden-dropout 0.0 --accumulate-allreduce-grads-in-fp32
         --attention-softmax-in-fp32 --attention-backend flash)
-    # The plugin: agent rollout, shaped training reward, GRPO groups without their FAILED samples,
-    # metrics. No --apply-chat-template: the agent renders the chat itself (the plugin refuses it).
-    local plugin=(--custom-generate-function-path slime_strands.rollout.generate
-        --custom-rm-path slime_strands.reward.math_reward
-        --custom-reward-post-process-path slime_strands.reward_norm.post_process_rewards
-        --custom-rollout-log-function-path slime_strands.metrics.log_rollout
-        --custom-eval-rollout-log-function-path slime_strands.metrics.log_eval_rollout
-        --custom-config-path "${PLUGIN_CONFIG}" --log-passrate)
+    ss_rollout_args
+    ss_eval_args "${eval_config}"
+    ss_wandb_args
+    ss_plugin_args
     local extra=()
     # EXTRA_TRAIN_ARGS is split on whitespace (no quoting inside it).
     [ -n "${EXTRA_TRAIN_ARGS}" ] && read -r -a extra <<<"${EXTRA_TRAIN_ARGS}"
-    TRAIN_ARGS=("${cluster[@]}" "${MODEL_ARGS[@]}" "${ckpt[@]}" "${rollout[@]}" "${eval[@]}" "${perf[@]}"
-        "${grpo[@]}" "${optimizer[@]}" "${wandb[@]}" "${sglang[@]}" "${misc[@]}" "${plugin[@]}" "${extra[@]}"
-        "${SS_CLI_ARGS[@]}")
+    TRAIN_ARGS=("${cluster[@]}" "${MODEL_ARGS[@]}" "${ckpt[@]}" "${SS_ROLLOUT_ARGS[@]}" "${SS_EVAL_ARGS[@]}"
+        "${perf[@]}" "${grpo[@]}" "${optimizer[@]}" "${SS_WANDB_ARGS[@]}" "${sglang[@]}" "${misc[@]}"
+        "${SS_PLUGIN_ARGS[@]}" "${extra[@]}" "${SS_CLI_ARGS[@]}")
 }
 
 # The whole training flow of scripts/strands_qwen3_*.sh. Arguments are appended to train.py's

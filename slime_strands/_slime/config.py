@@ -137,12 +137,28 @@ class SlimeConfig:
             raise ConfigurationError(
                 "slime's args name no router: set --sglang-router-ip and --sglang-router-port"
             )
+        held = self._held_runtime()
+        if held is not None:
+            return held
+        client = client_for(self.settings, self.router_url, max_connections=self.pool_size)
+        return Runtime(self.settings, client, tokenizer_path=self.hf_checkpoint)
+
+    @property
+    def served_window(self) -> int | None:
+        """The server's context window the runtime of this configuration sizes turns by (reported, or named by
+        a refusal and not contradicted); None before an episode of it ran in this process, or while no answer
+        said (for the rollout metrics: it builds no runtime)."""
+        runtime = vars(self).get("runtime") or self._held_runtime()
+        return None if runtime is None else runtime.client.window.tokens
+
+    def _held_runtime(self) -> Runtime | None:
+        """The runtime a held view of the same configuration built, if one did."""
         with _LOCK:
             for _, other in _CONFIGS.values():
                 if "runtime" in vars(other) and other._runtime_key == self._runtime_key:
-                    return other.runtime
-        client = client_for(self.settings, self.router_url, max_connections=self.pool_size)
-        return Runtime(self.settings, client, tokenizer_path=self.hf_checkpoint)
+                    runtime: Runtime = vars(other)["runtime"]
+                    return runtime
+        return None
 
     @property
     def _runtime_key(self) -> tuple[Any, ...]:

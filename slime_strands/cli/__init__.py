@@ -40,9 +40,10 @@ __all__ = ["main"]
 
 _EXIT_CODES = f"""exit status:
   {EXIT_OK}    done
-  {EXIT_FAILURES}    a check failed, or some eval trajectories FAILED (the summary groups them by cause)
+  {EXIT_FAILURES}    a check of a template or a config failed, or some eval trajectories FAILED (grouped by cause)
   {EXIT_USAGE}    usage or input error (arguments, data / config / trajectory file, tokenizer, template, tool)
-  {EXIT_SERVER}    the SGLang server or router cannot be reached, or stopped answering during an eval
+  {EXIT_SERVER}    the SGLang server or router cannot be reached or is not healthy (check-server, eval's start), or
+       stopped answering during an eval
   {EXIT_INTERRUPTED}  interrupted (an eval with --out resumes where it stopped)"""
 
 LOW_LOGPROB = -2.3
@@ -80,14 +81,7 @@ def _eval(ns: argparse.Namespace) -> int:
     try:
         report = run_eval(options)
     except KeyboardInterrupt:
-        if ns.out:
-            _say(
-                ns,
-                f"interrupted; finished trajectories are in {ns.out}",
-                hint="rerun the same command to resume",
-            )
-        else:
-            _say(ns, "interrupted", hint="pass --out FILE.jsonl to keep trajectories and resume")
+        _say_interrupted(ns)
         return EXIT_INTERRUPTED
     print(format_table(report.summaries))
     where = f" in {ns.out}" if ns.out else " (not saved: pass --out FILE.jsonl to keep them)"
@@ -95,6 +89,24 @@ def _eval(ns: argparse.Namespace) -> int:
     for line in failure_lines(report.failure_errors):  # by cause; "rerun" only where a rerun helps
         print(line, file=sys.stderr)
     return report.exit_code
+
+
+def _say_interrupted(ns: argparse.Namespace) -> None:
+    """Ctrl-C in an eval: where the finished trajectories are, or that none finished."""
+    from ..trajectories.file import complete_lines
+
+    if not ns.out:
+        _say(ns, "interrupted", hint="pass --out FILE.jsonl to keep trajectories and resume")
+    elif Path(ns.out).is_file() and next(complete_lines(ns.out), None) is not None:
+        _say(
+            ns, f"interrupted; finished trajectories are in {ns.out}", hint="rerun the same command to resume"
+        )
+    else:
+        _say(
+            ns,
+            f"interrupted before any trajectory finished: nothing was written to {ns.out}",
+            hint="rerun the same command to start again",
+        )
 
 
 def _check_sampling_flags(ns: argparse.Namespace) -> None:
@@ -275,7 +287,7 @@ def _check_server(ns: argparse.Namespace) -> int:
             if not healthy:
                 within = f" within {ns.wait:g} s" if ns.wait > 0 else ""
                 _say(ns, f"cannot reach a healthy SGLang server at {ns.url}{within}", hint=_SERVER_HINT)
-                return EXIT_FAILURES
+                return EXIT_SERVER
             try:
                 print(f"model_info: {await client.model_info()}")
             except SGLangError as exc:
@@ -408,7 +420,8 @@ def _add_eval_inputs(p: argparse._ArgumentGroup) -> None:
     p.add_argument(
         "--config",
         metavar="FILE.yaml",
-        help="plugin settings YAML (its strands: section; default: the built-in math agent)",
+        help="plugin settings YAML (its strands: section, as configs/strands_math.yaml; default: the built-in math "
+        "agent); not slime's --eval-config (configs/eval_aime.yaml)",
     )
 
 

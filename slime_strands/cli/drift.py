@@ -66,6 +66,11 @@ class Divergence:
         return self.lost / self.tokens if self.tokens else 0.0
 
     @property
+    def differs(self) -> bool:
+        """Whether the rebuild is not the sampled trajectory token for token."""
+        return self.first is not None or self.lost > 0 or self.added > 0
+
+    @property
     def trained_share(self) -> float:
         return self.lost_trained / self.trained if self.trained else 0.0
 
@@ -218,8 +223,26 @@ def format_reports(reports: Sequence[DriftReport]) -> str:
         "lost: trajectory tokens the rebuild does not reproduce (share of the trajectory); trained lost: those with "
         "loss mask 1; added: rebuilt tokens the trajectory lacks; first: segment:token of the first difference "
         "(total row: trajectories that differ). >= marks an upper bound (too different to align).",
+        "",
+        _verdict(reports),
     ]
     return "\n".join(lines)
+
+
+def _verdict(reports: Sequence[DriftReport]) -> str:
+    """One line: no drift at all, or how many trajectories each rebuild changes."""
+    counts = []
+    for label, name in (("re-tokenizing", "retokenized"), ("re-rendering", "rerendered")):
+        measured: list[Divergence] = [getattr(r, name) for r in reports if getattr(r, name) is not None]
+        counts.append((label, sum(d.differs for d in measured), len(measured)))
+    if not any(differ for _, differ, _ in counts):
+        (_, _, retokenized), (_, _, rerendered) = counts
+        return (
+            "no drift: every rebuild reproduces its trajectory token for token "
+            f"({retokenized} re-tokenized, {rerendered} re-rendered)"
+        )
+    said = ", ".join(f"{label} changes {differ} of {total}" for label, differ, total in counts if total)
+    return f"drift: {said} trajectories (details above)"
 
 
 def _cells(report: DriftReport) -> list[str]:

@@ -7,14 +7,13 @@ for a wrong path or a server that is down.
 Exit statuses (every command):
 
 * ``0``: done.
-* ``1``: the command ran and found a problem: a check failed (``check-template``, ``check-server``,
-  ``validate-config``) or some eval trajectories FAILED (grouped by cause, each saying whether a rerun of the
-  same ``eval`` fixes it).
+* ``1``: the command ran and found a problem: a check failed (``check-template``, ``validate-config``) or
+  some eval trajectories FAILED (grouped by cause, each saying whether a rerun of the same ``eval`` fixes it).
 * ``2``: usage or input error: bad arguments, a missing or malformed file (data rows, plugin config,
   trajectory file), a tokenizer that cannot be loaded, a chat template or tool that cannot work, a missing
   optional dependency.
-* ``3``: the SGLang server or router cannot be reached (``eval`` checks before it starts) or stopped answering
-  during an ``eval`` (it stops within seconds; a rerun resumes).
+* ``3``: the SGLang server or router cannot be reached or is not healthy (``check-server``; ``eval`` checks
+  before it starts) or stopped answering during an ``eval`` (it stops within seconds; a rerun resumes).
 * ``130``: interrupted (Ctrl-C); an ``eval`` with ``--out`` resumes where it stopped.
 """
 

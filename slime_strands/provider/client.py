@@ -8,7 +8,8 @@ Facts about SGLang this module encodes (read from SGLang 0.5.23's source): the c
 ``GET /v1/models`` (``max_model_len``; ``/server_info`` says ``context_length: null`` unless the server was
 started with ``--context-length``); its scheduler refuses inputs of ``context_length - 6`` tokens or more
 (:data:`SGLANG_CONTEXT_MARGIN`); every context-length refusal is a 400 with one of
-:data:`CONTEXT_ERROR_PHRASES`, and most carry the window (:attr:`SGLangContextLengthError.window`); its
+:data:`CONTEXT_ERROR_PHRASES`, and most carry the window (:attr:`SGLangContextLengthError.window`: evidence,
+weighed against the requests the server served, ``context_window.py``); its
 scheduler matches ``/abort_request`` ids by PREFIX and it aborts the request of a client that disconnects
 (a timeout). So every attempt of a request gets a fresh id of one fixed length (no id is a prefix of
 another), and the ids in flight are kept per caller (:class:`RequestHandle`) so an abort reaches each by its
@@ -36,6 +37,7 @@ import aiohttp
 
 from ..errors import SlimeStrandsError
 from ..strict_reader import is_int
+from .context_window import SGLANG_CONTEXT_MARGIN, ContextWindow
 from .reachability import reachability_of
 from .retry import TRANSPORT_ERRORS, RetryPolicy
 
@@ -78,10 +80,6 @@ _WINDOW_TEXTS = (
     (re.compile(r"exceeds the maximum allowed length \((\d+) tokens\)"), 6),
 )
 """SGLang 0.5.23's context refusals that name a bound, and what to add to it to get the window it implies."""
-SGLANG_CONTEXT_MARGIN = 6
-"""Tokens of the context window a trajectory can never use: SGLang's scheduler rejects inputs of
-``min(context_length - 1, kv_pool - 1) - 5`` tokens or more, so a request needs ``input <= context - 7``
-and the trajectory stays within ``context - 6`` tokens (one generated token at least)."""
 _LOGPROB_LISTS = (
     "output_token_logprobs",
     "input_token_logprobs",
@@ -280,8 +278,11 @@ class SGLangClient:
         self.timeout = timeout
         self.retry = retry
         """How requests are tried again (:class:`~slime_strands.provider.retry.RetryPolicy`)."""
-        self._context_length: int | None = None
-        self._context_length_known = False
+        self.window = ContextWindow(self.base_url)
+        """The server's context window as its answers show it (reported, named by refusals, weighed against the
+        requests it served): what :meth:`context_length` returns."""
+        self._window_settled = False
+        """Whether the window was asked for (or a refusal named it): no need to ask."""
         # A session references its loop, so a weak mapping would never let go: closed loops are swept instead.
         # Request ids: a random per-client prefix and a counter, 32 hex digits in all (uuid4 per request reads
         # os.urandom each time). Ids of one length are never a prefix of one another: SGLang aborts by prefix.
@@ -291,7 +292,8 @@ class SGLangClient:
         self._discovery: dict[asyncio.AbstractEventLoop, asyncio.Task[int | None]] = {}
         """The window discovery running on each loop: concurrent turns wait for one instead of each asking."""
         self.reachability = reachability_of(self.base_url)
-        """Whether the server answers: logged once when it stops and once when it answers again."""
+        """Whether the server answers: logged once when it stops and once when it answers again; requests timing
+        out (a busy server), once per stretch."""
 
     def __repr__(self) -> str:
         return f"SGLangClient({self.base_url!r}, max_connections={self.max_connections})"
@@ -367,13 +369,18 @@ class SGLangClient:
                     response = await self._send(method, path, data, request_headers)
             except TRANSPORT_ERRORS as exc:
                 last_error = exc
-                self.reachability.failed(f"{method} {path}: {exc!r}")
+                if _gave_up_waiting(exc):  # sent, not answered in time: a busy (or hung) server
+                    self.reachability.timed_out(
+                        f"{method} {path}", self.timeout, self._retry_times_out_within()
+                    )
+                else:
+                    self.reachability.failed(f"{method} {path}: {exc!r}")
                 logger.debug("SGLang %s %s failed (%r), attempt %d", method, path, exc, number + 1)
                 continue
             if response.status_code >= 500:
                 self.reachability.failed(f"{method} {path}: HTTP {response.status_code}")
-            else:
-                self.reachability.answered()
+            elif path != "/abort_request":  # a server that hangs can still answer aborts of what it holds
+                self.reachability.answered(generated=path == "/generate")
             if response.status_code < 400:
                 return response
             error = _http_error(response)
@@ -385,7 +392,7 @@ class SGLangClient:
             )
         assert last_error is not None
         where = f"{method} {self.base_url}{path}"
-        if isinstance(last_error, TimeoutError):
+        if _gave_up_waiting(last_error):
             raise SGLangTimeoutError(
                 f"{where} timed out: no answer within the {self.timeout} s request timeout in {retries + 1} "
                 "attempt(s) (request_timeout_s; null waits as long as the server needs)"
@@ -393,6 +400,11 @@ class SGLangClient:
         raise SGLangConnectionError(
             f"{where} failed after {retries + 1} attempt(s): {last_error!r}"
         ) from last_error
+
+    def _retry_times_out_within(self) -> float | None:
+        """How long after an attempt timed out its retry may time out in turn: the abort of the given-up attempt
+        (a timeout at most), the longest backoff, and the retry's own timeout."""
+        return None if self.timeout is None else 2 * self.timeout + self.retry.longest_backoff_s
 
     async def _send(
         self, method: str, path: str, data: bytes | None, headers: Mapping[str, str]
@@ -442,7 +454,7 @@ class SGLangClient:
         id); an attempt that timed out is aborted by its id before the next is sent. ``handle`` holds the ids
         in flight: :meth:`abort` with it reaches each attempt, and no attempt is sent after it (the answer is
         then an ``abort`` with nothing generated). A context refusal raises :class:`SGLangContextLengthError`
-        and teaches the client the window its text names (:meth:`context_length`).
+        and the window its text names is weighed against the requests the server served (:attr:`window`).
 
         An ``abort`` answer the caller did not cause (``abort_signal()`` false and ``handle`` not aborted: e.g.
         a worker restarting behind the router) is sent again, up to ``abort_retries`` times (default: the retry
@@ -465,7 +477,7 @@ class SGLangClient:
             sampling_params, count, return_routed_experts, routed_experts_start_len, extra_body
         )
         handle = RequestHandle() if handle is None else handle
-        attempt = _Attempt(self, body, input_ids.json_pieces(input_ids_tail), handle, rid)
+        attempt = _Attempt(self, body, input_ids.json_pieces(input_ids_tail), count, handle, rid)
         start = routed_experts_start_len if return_routed_experts else None
         return await self._send_generate(attempt, routing_key, start, resends, abort_signal)
 
@@ -488,9 +500,12 @@ class SGLangClient:
                     [], [], "abort", "aborted by the client before it was sent", rid=attempt.rid
                 )
             except SGLangContextLengthError as exc:
-                self._learn_window(exc.window)
+                if self.window.refused(exc.window, attempt.input_tokens, exc.message):
+                    self._window_settled = True
                 raise
             result = _parse_generate(response, attempt.rid or "", routed_experts_start)
+            if result.output_ids or result.finish_reason != "abort":
+                self.window.served(attempt.input_tokens, len(result.output_ids))
             expected = attempt.aborted or (abort_signal is not None and abort_signal())
             if result.finish_reason != "abort" or not resends or expected:
                 return result
@@ -554,15 +569,16 @@ class SGLangClient:
     async def context_length(self) -> int | None:
         """The served model's context window: ``/v1/models`` ``max_model_len`` first, then ``/server_info`` /
         ``/model_info`` (which report it only when the server was started with ``--context-length``), or
-        what a context refusal named; None when the server answers but no answer says (a refusal will).
+        what a context refusal named that the requests the server served do not contradict (:attr:`window`);
+        None when the server answers but no answer says (a refusal will).
 
         Asked once per client, by one request on each event loop however many turns wait for it. While the
         server cannot be reached (down, or answering 503 while it loads), the question is asked again with the
         backoff of a request, up to ``max_retries`` times, before any turn is sent; then
         :class:`SGLangConnectionError`. A turn is never sent sized for an unknown window for want of asking.
         """
-        if self._context_length_known:
-            return self._context_length
+        if self._window_settled:
+            return self.window.tokens
         loop = asyncio.get_running_loop()
         task = self._discovery.get(loop)
         if task is None or task.done():
@@ -582,8 +598,8 @@ class SGLangClient:
         answering 503 may be the one that knows)."""
         last_error: Exception | None = None
         async for number in self.retry.attempts():
-            if number and self._context_length_known:  # a context refusal named it meanwhile
-                return self._context_length
+            if number and self._window_settled:  # a context refusal named it meanwhile
+                return self.window.tokens
             unreachable = False
             for getter in (self.models, self.server_info, self.model_info):
                 try:
@@ -597,25 +613,16 @@ class SGLangClient:
                     continue
                 value = _window_of(info)
                 if value is not None:
-                    self._learn_window(value)
-                    return self._context_length
+                    self.window.reported(value)
+                    self._window_settled = True
+                    return self.window.tokens
             if not unreachable:
-                self._context_length_known = True  # the server does not say: a context refusal will
-                return self._context_length
+                self._window_settled = True  # the server does not say: a context refusal will
+                return self.window.tokens
         raise SGLangConnectionError(
             f"cannot learn the context window of {self.base_url}: /v1/models, /server_info and /model_info "
             f"failed {self.retry.max_retries + 1} time(s): {last_error!r}"
         ) from last_error
-
-    def _learn_window(self, window: int | None) -> None:
-        """Record a window the server named (the smallest named wins: a KV pool smaller than the context
-        bounds inputs more tightly than the context does)."""
-        if window is None:
-            return
-        if self._context_length is None or window < self._context_length:
-            logger.info("SGLang at %s serves a context window of %d tokens", self.base_url, window)
-            self._context_length = window
-        self._context_length_known = True
 
 
 def _generate_body(
@@ -654,12 +661,14 @@ class _Attempt:
         client: SGLangClient,
         body: dict[str, Any],
         ids_json: tuple[bytes | bytearray, ...],
+        input_tokens: int,
         handle: RequestHandle,
         first_rid: str | None,
     ) -> None:
         self._client = client
         self._body = body
         self._ids_json = ids_json
+        self.input_tokens = input_tokens
         self._handle = handle
         self._next_rid = first_rid
         self.rid: str | None = None
@@ -681,13 +690,17 @@ class _Attempt:
         self._handle._rids.add(rid)
         try:
             return await self._client._send("POST", "/generate", data, headers)
-        except aiohttp.ConnectionTimeoutError:
-            raise  # never connected: the server has not seen it
-        except TimeoutError:
-            await self._client._abort_given_up(rid)
+        except asyncio.TimeoutError as exc:
+            if _gave_up_waiting(exc):  # not a connect that timed out: the server has it
+                await self._client._abort_given_up(rid)
             raise
         finally:
             self._handle._rids.discard(rid)
+
+
+def _gave_up_waiting(error: BaseException) -> bool:
+    """Whether the client's timeout ended an attempt the server had received (not a connect that timed out)."""
+    return isinstance(error, asyncio.TimeoutError) and not isinstance(error, aiohttp.ConnectionTimeoutError)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

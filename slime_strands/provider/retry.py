@@ -22,6 +22,8 @@ RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """Answers that say "not now" (timeout, too many requests, a server error or one loading / restarting)."""
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 """Failures in transit: connect errors, resets, disconnects, timeouts, bad framing."""
+_BACKOFF_CEILING = 8
+"""The longest backoff between two attempts, in ``delay_s``s."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,14 @@ class RetryPolicy:
         """Whether an answer with this HTTP status is tried again."""
         return status in RETRYABLE_STATUS
 
+    @property
+    def longest_backoff_s(self) -> float:
+        """The longest wait between two attempts."""
+        return _BACKOFF_CEILING * self.delay_s
+
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (the first retry is attempt 0)."""
-        ceiling = min(self.delay_s * (2**attempt), 8 * self.delay_s)
+        ceiling = min(self.delay_s * (2**attempt), self.longest_backoff_s)
         return random.uniform(min(self.delay_s / 2, ceiling), ceiling)
 
     async def attempts(self, retries: int | None = None) -> AsyncIterator[int]:

@@ -72,7 +72,9 @@ def serve(options: DemoServerOptions, out: TextIO = sys.stdout) -> int:
         _listen(server, options)
         print(
             f"demo server ready at {server.base_url}: SGLang protocol, math policy (seed {options.seed}, "
-            f"{options.wrong_rate:.0%} slips), tokenizer {options.tokenizer}; Ctrl-C stops it",
+            f"{options.wrong_rate:.0%} slips; it calls only execute_python_code, and answers a request that does "
+            "not offer it at once: test your own tools with SGLangTestServer.script, see docs/testing.md), "
+            f"tokenizer {options.tokenizer}; Ctrl-C stops it",
             file=out,
             flush=True,
         )

@@ -10,6 +10,11 @@ template's own format (its tool-call format: hermes for Qwen3), one of two turns
 2. after its call: ``Answer: \boxed{N}``, N being the number the program printed (read from the tool result in
    the input), or the value of its program when the tool printed none.
 
+It calls no other tool: a request whose tool list does not hold ``execute_python_code`` (a user's own tools) gets
+the answer at once, worked out without a tool, and says so (a template that writes no tool list, as DeepSeek
+V3.1's, shows nothing of what is offered: the policy then calls its tool); to test an agent with its own tools,
+script the turns with :meth:`SGLangTestServer.script <slime_strands.testing.SGLangTestServer.script>`.
+
 It slips on purpose: with probability ``wrong_rate`` its program has one number off by one, so that answer is
 wrong and an eval's accuracy is neither 0 nor 1. The draw is seeded by ``seed`` and the request's routing key
 (``X-SMG-Routing-Key``: eval sends ``<prompt index>:<sample>``, slime the sample's session id), so every
@@ -109,6 +114,33 @@ class _UserTurn:
         return text[start : None if end < 0 else end], text[start:]
 
 
+@dataclass(frozen=True)
+class _ToolList:
+    """How the template writes a tool's name in the tool list of a prompt (``"name": "`` in JSON specs, ``### ``
+    in DeepSeek's): the name written so is an offered tool, not a word of a system prompt."""
+
+    before_name: str | None
+    """None: the template writes no tool list (every request is taken to offer the tool)."""
+
+    @classmethod
+    def of(cls, renderer: ChatRenderer) -> _ToolList:
+        user = {"role": "user", "content": "PROBLEM-5e1c"}
+        try:  # some templates write the tool list only into a system message (DeepSeek V3.1's)
+            system = {"role": "system", "content": "SYSTEM-5e1c"}
+            rendered = renderer.render([system, user], tools=[_TOOL], add_generation_prompt=True)
+        except TemplateError:  # a template that refuses a system message
+            rendered = renderer.render([user], tools=[_TOOL], add_generation_prompt=True)
+        at = rendered.find(TOOL_NAME)
+        if at < 0:
+            return cls(None)
+        start = max(rendered.rfind("\n", 0, at) + 1, at - 16)
+        return cls(rendered[start:at])
+
+    def offers(self, prompt: str) -> bool:
+        """Whether ``prompt`` (up to the end of the first user message) offers the policy's tool."""
+        return self.before_name is None or self.before_name + TOOL_NAME in prompt
+
+
 class MathPolicy:
     """A :attr:`SGLangTestServer.responder <slime_strands.testing.SGLangTestServer.responder>`: see the module
     docstring."""
@@ -121,6 +153,7 @@ class MathPolicy:
         self.wrong_rate = wrong_rate
         self._renderer = ChatRenderer(tokenizer, probe=False)
         self._user_turn = _UserTurn.of(self._renderer)
+        self._tool_list = _ToolList.of(self._renderer)
         self._sequence = random.Random(seed)
         self._lock = threading.Lock()
         probe = self._turn(_call_message("", "value = 1"))
@@ -140,6 +173,8 @@ class MathPolicy:
     def _write(self, text: str, headers: Mapping[str, str]) -> str:
         problem, rest = self._user_turn.split(text)
         at = max(rest.rfind(mark) for mark in _MARKS)
+        if at < 0 and not self._tool_list.offers(text[: len(text) - len(rest) + len(problem)]):
+            return self._without_the_tool(problem)
         if at < 0:
             return self._call(problem, self._draw(headers))
         printed = _PRINTED.findall(rest[at:])
@@ -151,7 +186,21 @@ class MathPolicy:
             value = _value(programs[-1]) if programs else None
             number = "0" if value is None else _format(str(value))
             reasoning = f"The program printed no answer. Working it out by hand: {number}."
-        content = f"Answer: \\boxed{{{number}}}"
+        return self._answer(reasoning, number)
+
+    def _without_the_tool(self, problem: str) -> str:
+        """The answer at once, worked out without a tool (the expression, else the sum of the numbers): the
+        request does not offer the policy's one."""
+        value = _value(read_expression(problem) or " + ".join(_NUMBER.findall(problem)) or "0")
+        number = "0" if value is None else _format(str(value))
+        note = (
+            f"The demo policy calls only {TOOL_NAME}, which this request does not offer: no tool was called."
+        )
+        return self._answer(f"Working it out by hand: {number}.", number, note=note)
+
+    def _answer(self, reasoning: str, number: str, *, note: str = "") -> str:
+        """The answer turn; ``note`` goes before the answer line (templates that drop reasoning keep it)."""
+        content = (f"{note}\n\n" if note else "") + f"Answer: \\boxed{{{number}}}"
         return (
             self._turn({"role": "assistant", "reasoning_content": reasoning, "content": content}) or content
         )

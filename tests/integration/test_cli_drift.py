@@ -131,3 +131,27 @@ def test_drift_table_and_errors(tokenizer, tmp_path, capsys):
     assert code == 0 and len(one.splitlines()) == 1
     code, _, err = run_cli(capsys, "drift", str(tmp_path / "nope.jsonl"))
     assert code == 2 and "no such trajectory file" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("scripts", "verdict"),
+    [
+        (
+            [["<think>\nEasy.\n</think>\n\nAnswer: \\boxed{5}"]] * 2,
+            "no drift: every rebuild reproduces its trajectory token for token (2 re-tokenized, 2 re-rendered)",
+        ),
+        (
+            [["<think>\nEasy.\n</think>\n\nAnswer: \\boxed{5}"], [COMPACT_CALL, "Answer: \\boxed{5}"]],
+            "drift: re-tokenizing changes 0 of 2, re-rendering changes 1 of 2 trajectories (details above)",
+        ),
+    ],
+    ids=["none", "some"],
+)
+def test_drift_ends_with_its_verdict(tokenizer, tmp_path, capsys, scripts, verdict):
+    """The table ends with one line saying whether anything drifted: "no drift" when every rebuild is the
+    sampled trajectory token for token, else how many trajectories each rebuild changes."""
+    out, _ = _eval(tokenizer, tmp_path, capsys, scripts)
+    code, table, _ = run_cli(capsys, "drift", str(out))
+    assert code == 0
+    last = table.splitlines()[-1]
+    assert last.startswith(verdict), table

@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -182,19 +183,9 @@ def test_rerun_of_a_finished_eval_runs_nothing(server, data, tmp_path, capsys):
     assert _table(stdout)["math"]["samples"] == "2" and "pass@2" not in stdout
 
 
-def test_interrupted_eval_stops_cleanly_and_resumes(server, data, tmp_path, capsys):
-    """Ctrl-C (SIGINT) on a real process while two episodes wait on the server: exit 130, whole lines only,
-    and the rerun finishes just those two."""
-    out = tmp_path / "traj.jsonl"
-    config = write_config(tmp_path / "plugin.yaml")
-    for s in range(2):
-        server.script("Answer: \\boxed{5}", key=f"0:{s}")
-        server.script(
-            Turn("Answer: \\boxed{42}", delay_s=120), key=f"1:{s}"
-        )  # still running at the interrupt
-    argv = eval_argv(
-        server.base_url, data, "--n", "2", "--limit", "2", "--config", str(config), "--out", str(out)
-    )
+def _interrupt(argv: list[str], ready: Callable[[], bool]) -> str:
+    """``slime-strands argv`` in a real process, Ctrl-C (SIGINT) once ``ready()``: exit status 130, no traceback.
+    Returns its stderr."""
     tests = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
@@ -209,10 +200,7 @@ def test_interrupted_eval_stops_cleanly_and_resumes(server, data, tmp_path, caps
     )
     try:
         deadline = time.monotonic() + 90  # a safety net for a hung process, not a speed requirement
-        while time.monotonic() < deadline and process.poll() is None:
-            waiting = {r.headers.get("x-smg-routing-key") for r in server.generate_requests}
-            if out.exists() and out.read_text().count("\n") == 2 and {"1:0", "1:1"} <= waiting:
-                break
+        while time.monotonic() < deadline and process.poll() is None and not ready():
             time.sleep(0.05)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
@@ -220,16 +208,55 @@ def test_interrupted_eval_stops_cleanly_and_resumes(server, data, tmp_path, caps
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    return stderr
+
+
+def _waiting(server: SGLangTestServer, keys: set[str]) -> bool:
+    """Whether a request of each of ``keys`` reached the server."""
+    return keys <= {r.headers.get("x-smg-routing-key") for r in server.generate_requests}
+
+
+def test_interrupted_eval_stops_cleanly_and_resumes(server, data, tmp_path, capsys):
+    """Ctrl-C (SIGINT) on a real process while two episodes wait on the server: exit 130, whole lines only,
+    and the rerun finishes just those two."""
+    out = tmp_path / "traj.jsonl"
+    config = write_config(tmp_path / "plugin.yaml")
+    for s in range(2):
+        server.script("Answer: \\boxed{5}", key=f"0:{s}")
+        server.script(
+            Turn("Answer: \\boxed{42}", delay_s=120), key=f"1:{s}"
+        )  # still running at the interrupt
+    argv = eval_argv(
+        server.base_url, data, "--n", "2", "--limit", "2", "--config", str(config), "--out", str(out)
+    )
+    stderr = _interrupt(
+        argv, lambda: out.exists() and out.read_text().count("\n") == 2 and _waiting(server, {"1:0", "1:1"})
+    )
     assert (
         f"interrupted; finished trajectories are in {out} -- hint: rerun the same command to resume" in stderr
     )
-    assert "Traceback" not in stderr
     assert sorted(row.key for row in read_rows(out)) == ["0:0", "0:1"] and out.read_bytes().endswith(b"\n")
     server.script("Answer: \\boxed{42}", key="1:0")
     server.script("Answer: \\boxed{7}", key="1:1")
     code, stdout, _ = run_cli(capsys, *argv)
     assert code == 0 and "2 trajectories generated, 2 resumed" in stdout
     assert _table(stdout)["math"]["accuracy"] == "0.750"
+
+
+def test_interrupted_before_anything_finished_says_nothing_was_written(server, data, tmp_path):
+    """Ctrl-C while every episode still waits on the server: no trajectory finished, and the line says so
+    instead of pointing at a file that holds none."""
+    out = tmp_path / "traj.jsonl"
+    for s in range(2):
+        server.script(Turn("Answer: \\boxed{5}", delay_s=120), key=f"0:{s}")
+    argv = eval_argv(server.base_url, data, "--n", "2", "--limit", "1", "--out", str(out))
+    stderr = _interrupt(argv, lambda: _waiting(server, {"0:0", "0:1"}))
+    assert stderr.splitlines()[-1] == (
+        f"slime-strands eval: error: interrupted before any trajectory finished: nothing was written to {out} "
+        "-- hint: rerun the same command to start again"
+    )
+    assert not out.exists() or read_rows(out) == []
 
 
 def _table(stdout: str) -> dict[str, dict[str, str]]:

@@ -31,6 +31,11 @@ def test_a_misspelt_section_is_not_ok(tmp_path):
             "strands: {}\nrollout_batch_size: 8\n",
             "'rollout_batch_size': the plugin's settings file holds only",
         ),
+        ("eval:\n  datasets: []\n", "'eval': this is slime's --eval-config (the datasets slime evaluates"),
+        (
+            "strands:\n  max_tool_iter: 3\n",
+            "unknown setting(s) max_tool_iter (did you mean 'max_tool_iters'?)",
+        ),
     ],
 )
 def test_other_top_level_keys_are_named(tmp_path, text, says):

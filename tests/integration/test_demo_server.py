@@ -20,6 +20,7 @@ import pytest
 from cli_helpers import check_row, latest, read_rows, run_cli, token_manager
 from family_kit import SUPPORTED, family_tokenizer
 from helpers import make_agent, make_model
+from strands import tool
 
 from data_prep import prepare as data_prep
 from slime_strands.cli.tokenizer_loading import DEMO_TOKENIZER
@@ -94,9 +95,9 @@ def _start(*argv: str) -> tuple[subprocess.Popen[str], str]:
     assert proc.stdout is not None
     line = proc.stdout.readline()  # blocks until it serves (or exits: an empty line)
     ready = re.match(r"demo server ready at (http://127\.0\.0\.1:\d+): ", line)
-    if ready is None:
+    if ready is None or "it calls only execute_python_code" not in line:  # where users meet it, it says so
         proc.kill()
-        pytest.fail(f"no ready line: {line!r} {proc.communicate()}")
+        pytest.fail(f"no ready line saying which tool the policy calls: {line!r} {proc.communicate()}")
     return proc, ready.group(1)
 
 
@@ -169,6 +170,43 @@ async def test_an_agent_of_every_family_solves_a_problem(name):
     ]
     assert [r["content"][0]["text"] for r in tool_results] == ["answer = 324"]
     assert str(result).strip().endswith("Answer: \\boxed{324}")
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+NO_TOOL_LIST = {"deepseekv31"}
+"""Families whose chat template writes no tool list (DeepSeek V3.1's: its users describe tools in the system
+prompt themselves), so no policy can see which tools a request offers: the demo policy calls its own."""
+
+
+@pytest.mark.parametrize("name", sorted(set(SUPPORTED) - NO_TOOL_LIST))
+async def test_an_agent_with_its_own_tools_gets_an_answer_without_a_call(name):
+    """A user's own tool (not the policy's execute_python_code) and a system prompt that names the policy's tool
+    in prose: the policy calls nothing, answers at once and says why; no call to an unknown tool."""
+    tokenizer = family_tokenizer(name)
+    with build_demo_server(tokenizer, DemoServerOptions(port=0, wrong_rate=0.0)) as server:
+        model = make_model(tokenizer, server)
+        prompt = "Use the `execute_python_code` tool when you can; otherwise answer directly."
+        agent = make_agent(model, [add], system_prompt=prompt)
+        result = await agent.invoke_async("What is (125 - 17) * 3?")
+        assert_trajectory_invariants(model.token_manager, server)
+    assert model.parse_errors == {} and len(server.generate_requests) == 1
+    text = tokenizer.decode(model.token_manager.token_ids[model.token_manager.prompt_length :])
+    assert "The demo policy calls only execute_python_code, which this request does not offer" in text
+    assert str(result).strip().endswith("Answer: \\boxed{324}")
+
+
+@pytest.mark.parametrize("name", sorted(NO_TOOL_LIST))
+def test_a_template_without_a_tool_list_is_taken_to_offer_the_policys_tool(name):
+    from slime_strands.template.render import ChatRenderer
+    from slime_strands.testing.math_policy import _ToolList
+
+    tool_list = _ToolList.of(ChatRenderer(family_tokenizer(name), probe=False))
+    assert tool_list.before_name is None and tool_list.offers("any prompt")
 
 
 def test_bad_arguments_are_one_line(tmp_path, capsys):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,11 +23,9 @@ from partial_kit import (
     ContinuingPolicy,
     assert_same_episode,
     partial_args,
-    real_slime,
     wait_until,
 )
 from partial_tools import HOLD, call
-from slime_helpers import SLIME_SOURCE_ENV
 
 from slime_strands._slime.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
 from slime_strands.agent.record import EpisodeRecord
@@ -43,16 +40,6 @@ pytestmark = pytest.mark.timeout(180)
 ANSWER = "The sum is 5.\nAnswer: \\boxed{5}"
 ADD, SLOW = call("add", a=2, b=3), call("slow_add", a=2, b=3)
 FAST = (ADD, ADD, ANSWER)
-
-
-@pytest.fixture
-def slime() -> Iterator[Any]:
-    with real_slime() as module:
-        if module is None:
-            pytest.skip(f"slime's source is not at hand: set {SLIME_SOURCE_ENV} (CI always has it)")
-        module.GenerateState.clear_instances()
-        yield module
-        module.GenerateState.clear_instances()
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
-"""The README's "Try it on a laptop" block, run as written in one real bash shell: install, the demo server in
-the background, the wait for it, the demo dataset, ``slime-strands eval`` with the shipped math config and the
-real sandbox, ``inspect --html``, ``drift``, and the ``kill`` that stops the server.
+"""The README's first block ("Set up and run the agent"), run as written in one real bash shell: install, the
+demo server in the background, the wait for it, the demo dataset, ``slime-strands eval`` with the shipped math
+config and the real sandbox, ``inspect --html``, ``drift``, and the ``kill`` that stops the server.
 
 Around the block, never inside it:
 
@@ -104,6 +104,16 @@ def test_the_block_is_what_a_newcomer_needs():
     assert "--tokenizer qwen3-demo" in block and "--config configs/strands_math.yaml" in block
     assert "python -m slime_strands.testing --port 30000 &" in block and lines[-1].startswith("kill %1")
     assert "&&" not in block and "||" not in block, "each command stops the block when it fails"
+
+
+def test_the_block_says_how_many_trajectories_eval_makes():
+    """8 problems, and eval's samples per prompt written out as its default is: a newcomer counts 32 rows."""
+    from slime_strands.cli import _parser
+
+    n = _parser().parse_args(["eval", "--base-url", "u", "--tokenizer", "t", "--data", "d"]).n
+    block = _block()
+    assert "# 8 arithmetic problems" in block
+    assert f"--n {n} " in block and f"# {n} samples each (the default); {8 * n} in all" in block
 
 
 def test_the_readme_laptop_block_runs(tmp_path):

@@ -78,6 +78,11 @@ class SGLangServerProcess:
         assert self._process is not None, "not started"
         return self._process.pid
 
+    def exit_status(self) -> int | None:
+        """The launcher's exit status once it has exited (on its own, or stopped); None while it runs."""
+        assert self._process is not None, "not started"
+        return self._process.poll()
+
     def command(self) -> list[str]:
         return [
             self.python, "-m", "sglang.launch_server", "--model-path", str(self.model_dir), *CPU_FLAGS,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import uuid
 from collections.abc import AsyncIterator
@@ -40,6 +41,8 @@ BLOCKERS, BLOCKER_INPUT, BLOCKER_OUTPUT = 4, 16, 1000
 TIMEOUT_S = 3.0
 """The client's request timeout (the turn itself, a few tokens, takes well under it once admitted)."""
 SHORT_ANSWER = "\\boxed{5}"
+BUSY_EPISODES, BUSY_TIMEOUT_S = 24, 2.0
+"""Issue 32.2's busy server: more episodes than the pool runs at once, and a timeout shorter than their wait."""
 WAIT_S = 180.0
 
 
@@ -120,3 +123,30 @@ async def test_a_queued_turn_that_times_out_is_sent_again_under_an_unrelated_id(
     answered = check_record(record, proxy)
     assert [e.rid for e in answered] == [attempts[-1].rid]
     assert record.response.endswith(SHORT_ANSWER + "<|im_end|>"), record.response
+
+
+async def test_a_busy_server_is_said_busy_once_not_dead(proxy, tokenizer, caplog):
+    """Issue 32.2: many episodes at once and a timeout shorter than the queue's wait. Each request reserves ~600
+    of the pool's 4,096 tokens, so a few run while the rest wait; the waiting ones time out, are aborted and sent
+    again while the server answers the others. The log says so once, with what to change (the first wave may
+    time out before any answer: it then says none was answered), counts them once they stop, and never says the
+    server stopped answering or answers again; every episode ends well."""
+    caplog.set_level(logging.INFO, logger="slime_strands.provider.client")
+    plugin = settings(request_timeout_s=BUSY_TIMEOUT_S, retry_delay_s=0.05, max_retries=60)
+    params = {**GREEDY, "regex": literal(SHORT_ANSWER), "max_new_tokens": 400}
+    records = await asyncio.gather(
+        *(run(proxy, tokenizer, params, plugin=plugin, key=f"busy-{i}") for i in range(BUSY_EPISODES))
+    )
+    assert [r.termination for r in records] == [Termination.END_TURN] * BUSY_EPISODES, [
+        r.error for r in records
+    ]
+    timed_out = [e for e in proxy.exchanges if e.path == "/generate" and e.disconnected]
+    assert len(timed_out) > 1, "precondition: requests waited past the client's timeout"
+    for i, record in enumerate(records):
+        check_record(record, proxy, key=f"busy-{i}")
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    warned = [text for level, text in lines if level == "WARNING"]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(f"requests to SGLang at {proxy.base_url} time out at {BUSY_TIMEOUT_S:g} s ")
+    assert "Raise the request timeout" in warned[0] and "lower the concurrency" in warned[0]
+    assert not any("stopped answering" in text or "answers again" in text for _, text in lines)

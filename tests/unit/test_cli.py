@@ -117,7 +117,7 @@ def test_check_server(tokenizer, capsys):
         assert main(["check-server", server.base_url]) == 0
     out = capsys.readouterr().out
     assert "/health: ok" in out and "context length: 4096" in out
-    assert main(["check-server", "http://127.0.0.1:9"]) == 1
+    assert main(["check-server", "http://127.0.0.1:9"]) == 3  # cannot be reached: 3, as every command
 
 
 @pytest.mark.parametrize("argv", [[], ["nope"]])
@@ -177,7 +177,7 @@ def test_validate_config_missing_file(capsys, tmp_path):
 
 
 def test_check_server_unreachable_says_what_to_do(capsys):
-    assert main(["check-server", "http://127.0.0.1:9"]) == 1
+    assert main(["check-server", "http://127.0.0.1:9"]) == 3
     captured = capsys.readouterr()
     assert "/health: NOT healthy" in captured.out
     assert "sglang.launch_server" in _error_line(captured.err, "check-server")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import threading
 from array import array
 
@@ -618,16 +619,88 @@ async def test_a_context_refusal_teaches_the_window(tokenizer, message, window):
         await client.aclose()
 
 
-async def test_the_smallest_window_named_wins(tokenizer):
-    """/v1/models names the context; the scheduler then refuses at a smaller KV pool's bound."""
+async def test_the_smallest_window_named_wins(tokenizer, caplog):
+    """/v1/models names the context; the scheduler then refuses at a smaller KV pool's bound, which nothing the
+    server served contradicts: the window changes, said once at WARNING."""
+    caplog.set_level(logging.INFO, logger="slime_strands.provider.client")
     with SGLangTestServer(tokenizer, context_length=4096) as server:
         server.script(Fault(status=400, body={"error": {"message": SCHEDULER_BOUND}}))
-        client = client_for(server)
+        client, url = client_for(server), server.base_url
         assert await client.context_length() == 4096
         with pytest.raises(SGLangContextLengthError):
             await client.generate(PROMPT, PARAMS)
         assert await client.context_length() == 1024
         await client.aclose()
+    found = window_lines(caplog)
+    assert found == [
+        (
+            "INFO",
+            f"SGLang at {url}: context window unknown -> 4096 tokens: the server reports it",
+        ),
+        (
+            "WARNING",
+            f"SGLang at {url}: context window 4096 tokens -> 1024 tokens: a refusal of 4 input tokens "
+            "named it; nothing the server served contradicts it",
+        ),
+    ]
+
+
+def window_lines(caplog) -> list[tuple[str, str]]:
+    return [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "slime_strands.provider.client" and "context window" in r.getMessage()
+    ]
+
+
+LONG = PROMPT * 300  # 1,200 tokens: more than the limit SCHEDULER_BOUND names
+
+
+async def test_a_limit_below_an_input_the_server_served_is_an_anomaly(tokenizer, caplog):
+    """The server served 1,200 tokens of input; a refusal naming 1,018 contradicts it: the window stays, one
+    WARNING names the server, the limit and the input, and the same limit named again is counted at DEBUG."""
+    caplog.set_level(logging.DEBUG, logger="slime_strands.provider.client")
+    with SGLangTestServer(tokenizer, context_length=4096) as server:
+        server.script("fine", *[Fault(status=400, body={"error": {"message": SCHEDULER_BOUND}})] * 2)
+        client, url = client_for(server), server.base_url
+        assert await client.context_length() == 4096
+        await client.generate(LONG, PARAMS)
+        for _ in range(2):
+            with pytest.raises(SGLangContextLengthError):
+                await client.generate(PROMPT, PARAMS)
+        assert await client.context_length() == 4096 and client.window.tokens == 4096
+        await client.aclose()
+    anomalies = [(r.levelname, r.getMessage()) for r in caplog.records if "an anomaly" in r.getMessage()]
+    assert [level for level, _ in anomalies] == ["WARNING", "DEBUG"]
+    line = anomalies[0][1]
+    assert line.startswith(
+        f"SGLang at {url} named a context window of 1024 tokens, which a request of 1200 input tokens "
+        "(2 generated) it served contradicts"
+    )
+    assert "the window stays 4096 tokens" in line and line.endswith(SCHEDULER_BOUND)
+    assert anomalies[1][1].endswith(f"(this limit named 2 times). The server said: {SCHEDULER_BOUND}")
+
+
+async def test_a_learned_limit_a_later_answer_contradicts_is_undone(tokenizer, caplog):
+    """Nothing was served when the refusal came, so its limit was taken; a request sent before (sized for the
+    window then) is served with more input than that limit allows: the window goes back, said at WARNING."""
+    caplog.set_level(logging.WARNING, logger="slime_strands.provider.client")
+    with SGLangTestServer(tokenizer, context_length=4096) as server:
+        server.script(Fault(status=400, body={"error": {"message": SCHEDULER_BOUND}}), "fine")
+        client, url = client_for(server), server.base_url
+        assert await client.context_length() == 4096
+        with pytest.raises(SGLangContextLengthError):
+            await client.generate(PROMPT, PARAMS)
+        assert client.window.tokens == 1024
+        await client.generate(LONG, PARAMS)
+        assert await client.context_length() == 4096
+        await client.aclose()
+    (_, learned), (_, undone) = window_lines(caplog)
+    assert "4096 tokens -> 1024 tokens" in learned
+    assert undone == (
+        f"SGLang at {url}: context window 1024 tokens -> 4096 tokens: a request of 1200 input tokens "
+        "(2 generated) it served contradicts the limit of 1024 tokens a refusal named: an anomaly"
+    )
 
 
 async def test_window_discovery_waits_out_a_server_answering_503_everywhere(tokenizer):

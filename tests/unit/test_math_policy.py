@@ -165,3 +165,25 @@ def test_a_template_that_cannot_render_tool_calls_is_refused(tokenizer):
 def test_wrong_rate_must_be_a_probability(tokenizer):
     with pytest.raises(ValueError, match="wrong_rate"):
         MathPolicy(tokenizer, wrong_rate=1.5)
+
+
+def test_a_request_without_its_tool_gets_the_answer_at_once(tokenizer):
+    """Only the user's own tool is offered, and the system prompt names the policy's tool in prose: the policy
+    calls nothing (a call would be an unknown tool), answers, and says why."""
+    renderer = ChatRenderer(tokenizer)
+    own = {
+        "type": "function",
+        "function": {"name": "add", "description": "Add.", "parameters": {"type": "object"}},
+    }
+    messages = [
+        {"role": "system", "content": f"Use the `{TOOL_NAME}` tool when it is there."},
+        {"role": "user", "content": "What is 37 * 12 + 5?"},
+    ]
+    for tools in ([own], None):
+        prompt = renderer.render(messages, tools=tools)
+        text = MathPolicy(tokenizer)(_ids(tokenizer, prompt), {"x-smg-routing-key": "0:0"}).text
+        assert "<tool_call>" not in text
+        assert text.endswith(
+            f"The demo policy calls only {TOOL_NAME}, which this request does not offer: no tool was called.\n\n"
+            "Answer: \\boxed{449}"
+        ), text

@@ -184,8 +184,12 @@ def server(tokenizer):
         yield srv
 
 
+def episode_args(server):
+    return make_args(server, strands={"tools": ["rollout_tools.add"], "max_retries": 1})
+
+
 async def episode(server, *turns):
-    flags = make_args(server, strands={"tools": ["rollout_tools.add"], "max_retries": 1})
+    flags = episode_args(server)
     s = Sample(prompt="What is 2+3?", label="5", session_id=str(uuid.uuid4()))
     server.script(*turns, key=s.session_id)
     params = {"temperature": 1.0, "max_new_tokens": 2048, "skip_special_tokens": False, "no_stop_trim": True}
@@ -236,6 +240,11 @@ async def test_real_episodes_through_log_rollout(server, monkeypatch):
     assert m["cache_hit_rate"] == pytest.approx(cached / sum(meta["prompt_tokens"] for meta in served))
     assert 0 < m["cache_hit_rate"] < 1 and 0 < m["tool_token_share"] < 1
     assert m["generation_time_s_mean"] > 0 and m["wall_time_s_max"] >= m["wall_time_s_p50"] > 0
+    assert "context_window" not in m, "args of no configuration that ran here: nothing known of a server"
+
+    # slime's own args: the window the process's client sizes turns by (the server's /v1/models says 8192)
+    assert log_rollout(4, episode_args(server), [ok]) is False
+    assert calls[-1][0]["rollout/strands/context_window"] == 8192.0
 
 
 # -- slime's logging path --------------------------------------------------------------------------

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 
 import pytest
 
-from slime_strands import SGLangClient, SGLangConnectionError
+from slime_strands import SGLangClient, SGLangConnectionError, SGLangTimeoutError
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 
 pytestmark = pytest.mark.timeout(60)
@@ -65,3 +66,104 @@ async def test_an_unreachable_server_is_logged_once(caplog):
     (stopped,) = _lines(caplog, "stopped answering")
     assert stopped.startswith(f"SGLang at {url} stopped answering (POST /generate: ClientConnectorError")
     await client.aclose()
+
+
+# -- a busy server is not a dead one (issue 32.2) -----------------------------------------------------------
+
+
+async def _keep_answering(client: SGLangClient, ids: list[int], stop: asyncio.Event) -> int:
+    """Quick requests, one after another, until ``stop``: the other requests a busy server keeps answering."""
+    answered = 0
+    while not stop.is_set():
+        result = await client.generate(ids, PARAMS)
+        assert result.finish_reason == "stop"
+        answered += 1
+        await asyncio.sleep(0.02)
+    return answered
+
+
+async def test_timeouts_of_a_server_that_answers_others_are_one_line_and_a_count(tokenizer, caplog):
+    """Ten attempts outlast the client's 2 s timeout (each is held by the server) while other requests keep being
+    answered: one WARNING says they time out while the server answers others and what to change, nothing says it
+    stopped answering, and once no request timed out for a whole timeout the next answer counts them."""
+    caplog.set_level(logging.INFO, logger="slime_strands.provider.client")
+    ids = tokenizer.encode("x", add_special_tokens=False)
+    with SGLangTestServer(tokenizer, context_length=4096) as server:
+        server.responder = lambda body, headers: Turn("ok")
+        server.script(*[Turn("slow", delay_s=600)] * 10, key="held")  # only the client's abort ends them
+        client = SGLangClient(server.base_url, max_retries=1, retry_delay=0.01, timeout=2.0)
+        url, stop = server.base_url, asyncio.Event()
+        others = asyncio.create_task(_keep_answering(client, ids, stop))
+        timed_out = await asyncio.gather(
+            *(client.generate(ids, PARAMS, routing_key="held") for _ in range(5)), return_exceptions=True
+        )
+        assert all(isinstance(error, SGLangTimeoutError) for error in timed_out), timed_out
+        await asyncio.sleep(
+            4.3
+        )  # longer than a retry may take to time out, with answers and no timeout: over
+        stop.set()
+        assert await others > 10
+        await client.aclose()
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == [
+        f"requests to SGLang at {url} time out at 2 s while it answers others (POST /generate): it is busy, not "
+        "down; they are retried. Raise the request timeout (request_timeout_s, null: no limit) or lower the "
+        "concurrency (slime's --sglang-server-concurrency, eval's --concurrency); a line will count them once they "
+        "stop"
+    ]
+    (count,) = _lines(caplog, "request(s) timed out")
+    assert count.startswith(f"SGLang at {url}: 10 request(s) timed out at 2 s in ")
+    assert re.search(r", while it answered \d+ other generation\(s\); none since$", count), count
+    assert client.reachability.failures_in_a_row == 0, "a busy server is no failing one (eval's watch)"
+
+
+async def test_a_dead_server_stopped_answering_and_answers_again(tokenizer, caplog):
+    """The same client against a server that stops (its port refuses connections) and starts again on that port:
+    one line when it stops, one when it is back, and nothing about timeouts."""
+    caplog.set_level(logging.INFO, logger="slime_strands.provider.client")
+    ids = tokenizer.encode("x", add_special_tokens=False)
+    server = SGLangTestServer(tokenizer, context_length=4096).start()
+    server.responder = lambda body, headers: Turn("ok")
+    url, port = server.base_url, server.port
+    client = SGLangClient(url, max_retries=2, retry_delay=0.05, timeout=1.0)
+    assert (await client.generate(ids, PARAMS)).finish_reason == "stop"
+    server.stop()
+    failed = await asyncio.gather(*(client.generate(ids, PARAMS) for _ in range(4)), return_exceptions=True)
+    assert all(isinstance(error, SGLangConnectionError) for error in failed), failed
+    assert not any(isinstance(error, SGLangTimeoutError) for error in failed)
+    with SGLangTestServer(tokenizer, context_length=4096, port=port) as again:
+        again.responder = lambda body, headers: Turn("ok")
+        assert (await client.generate(ids, PARAMS)).finish_reason == "stop"
+    await client.aclose()
+    (stopped,) = _lines(caplog, "stopped answering")
+    assert stopped.startswith(f"SGLang at {url} stopped answering (POST /generate: Client")  # reset, refused
+    (back,) = _lines(caplog, "answers again")
+    assert back.endswith("(12 failed attempt(s) in between)")
+    assert _lines(caplog, "time out") == [] and _lines(caplog, "timed out") == []
+
+
+async def test_a_server_that_answers_no_generation_within_the_timeout_is_said_so_once(tokenizer, caplog):
+    """Every generation is held (overloaded, or a hung scheduler: it still accepts connections and answers the
+    aborts of what it holds): one line says its requests time out and none is answered, never that it stopped
+    answering (it refuses nothing); each such timeout is a failed attempt, so eval's watch asks /health."""
+    caplog.set_level(logging.INFO, logger="slime_strands.provider.client")
+    ids = tokenizer.encode("x", add_special_tokens=False)
+    with SGLangTestServer(tokenizer, context_length=4096) as server:
+        server.responder = lambda body, headers: Turn("held", delay_s=600)
+        client = SGLangClient(server.base_url, max_retries=1, retry_delay=0.01, timeout=1.0)
+        url = server.base_url
+        failed = await asyncio.gather(
+            *(client.generate(ids, PARAMS) for _ in range(3)), return_exceptions=True
+        )
+        assert all(isinstance(error, SGLangTimeoutError) for error in failed), failed
+        assert client.reachability.failures_in_a_row == 6, (
+            "each timed-out attempt is a failure: eval's watch acts"
+        )
+        await client.aclose()
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == [
+        f"requests to SGLang at {url} time out at 1 s and it answered no generation in that time (POST /generate): "
+        "it is overloaded, or hung; they are retried. Raise the request timeout (request_timeout_s, null: no "
+        "limit) or lower the concurrency (slime's --sglang-server-concurrency, eval's --concurrency); a line will "
+        "count them once they stop"
+    ]

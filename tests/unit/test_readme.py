@@ -272,9 +272,10 @@ def test_the_exit_status_table_is_the_code():
 
 
 def test_every_rollout_metric_key_is_logged():
-    """The wandb table's ``rollout/strands/*`` keys are what ``metrics.aggregate`` produces."""
+    """The wandb table's ``rollout/strands/*`` keys are what ``metrics.aggregate`` produces from the samples, or
+    what the process's client knows of the server (``metrics.SERVER_KEYS``)."""
     from slime_strands.agent.record import EpisodeRecord, SegmentRecord, Termination
-    from slime_strands.metrics import aggregate
+    from slime_strands.metrics import SERVER_KEYS, aggregate
     from slime_strands.testing.slime_types import Sample
 
     segments = [
@@ -288,7 +289,7 @@ def test_every_rollout_metric_key_is_logged():
         segments=segments, segment=1, continuations=1, turns_saved=1,
     )  # fmt: skip
     sample = Sample(status=Sample.Status.COMPLETED, metadata={"strands": record.to_metadata()})
-    logged = set(aggregate([sample]))
+    logged = set(aggregate([sample])) | set(SERVER_KEYS)
     cells = [
         row.split("|")[1]
         for row in _section(_doc("training.md"), "## 5. Watch it in wandb").splitlines()
@@ -301,3 +302,16 @@ def test_every_rollout_metric_key_is_logged():
             continue
         stem = re.sub(r"(\*|<\w+>)$", "", key)
         assert any(name == stem or (stem != key and name.startswith(stem)) for name in logged), key
+
+
+def test_every_readme_block_the_pages_name_is_in_the_readme():
+    """A page that sends the reader to the README's "X" block names a block the README has (docs/testing.md
+    named "Try it on a laptop" after the README had renamed it)."""
+    named = {
+        (path.name, name)
+        for path, text in PAGES.items()
+        for name in re.findall(r"README's (?:first block )?\(?\"([^\"]+)\"", " ".join(text.split()))
+    }
+    assert named, "the pages name the README's blocks"
+    missing = [(page, name) for page, name in sorted(named) if name not in " ".join(README.split())]
+    assert missing == [], missing

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
+from pathlib import Path
 
 import pytest
 from slime_helpers import slime_args
@@ -12,6 +13,8 @@ from slime_strands._slime.config import SlimeConfig
 from slime_strands.agent.runtime import raise_gc_threshold
 from slime_strands.errors import ConfigurationError
 from slime_strands.settings import PluginSettings, SandboxSettings, SettingsError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_are_the_math_agent():
@@ -41,8 +44,10 @@ def test_mapping_is_coerced_and_nested():
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"max_tool_iter": 3}, "unknown setting(s) max_tool_iter"),
-        ({"sandbox": {"timeout": 3}}, "unknown setting(s) sandbox.timeout"),
+        ({"max_tool_iter": 3}, "unknown setting(s) max_tool_iter (did you mean 'max_tool_iters'"),
+        ({"sandbox": {"timeout": 3}}, "unknown setting(s) sandbox.timeout (did you mean 'timeout_s'"),
+        ({"sandbox": {"timout_s": 3}}, "unknown setting(s) sandbox.timout_s (did you mean 'timeout_s'"),
+        ({"zzz": 1, "systemprompt": ""}, "systemprompt (did you mean 'system_prompt'.), zzz; known: "),
         ({"max_tool_iters": "5"}, "max_tool_iters: expected int"),
         ({"max_tool_iters": True}, "expected int, got a boolean"),
         ({"enable_thinking": "yes"}, "enable_thinking: expected bool"),
@@ -149,6 +154,22 @@ def test_the_plugins_own_file_holds_only_strands(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(SettingsError, match=f"^{path}: " + re.escape(message)):
         PluginSettings.from_yaml(path, other_keys=False)
+
+
+def test_slimes_eval_config_given_as_the_plugins_says_what_each_file_is_for():
+    """configs/eval_aime.yaml sits beside configs/strands_math.yaml; given where the plugin's settings go, the
+    line says which file is which and where each goes."""
+    path = ROOT / "configs" / "eval_aime.yaml"
+    with pytest.raises(SettingsError) as raised:
+        PluginSettings.from_yaml(path, other_keys=False)
+    assert str(raised.value) == (
+        f"{path}: unknown top-level key 'eval': this is slime's --eval-config (the datasets slime evaluates, as "
+        "configs/eval_aime.yaml), not the plugin's settings file (a strands: section, as configs/strands_math.yaml): "
+        "slime-strands eval takes the plugin's settings with --config and the prompts with --data"
+    )
+    assert (
+        PluginSettings.from_yaml(ROOT / "configs" / "strands_math.yaml", other_keys=False) == PluginSettings()
+    )
 
 
 def test_a_custom_config_file_may_hold_other_keys_but_no_near_miss_of_strands(tmp_path):

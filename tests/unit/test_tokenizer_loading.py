@@ -108,3 +108,63 @@ def test_the_filter_drops_only_the_notice():
     assert not filters[0].filter(record("None of PyTorch, TensorFlow >= 2.0, or Flax have been found. ..."))
     assert filters[0].filter(record("Special tokens have been added in the vocabulary"))
     assert filters[0].filter(record(f"an error mentioning {NOTICE} later", logging.ERROR))
+
+
+# -- a tokenizer the hub would have to give, offline (issue 32.3) --------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["qwen3-dmeo", "qwen3_demo", "Qwen3-demo", "qwen-demo", "qwen3demo"])
+def test_a_near_miss_of_the_demo_shortcut_is_refused_at_once_with_a_did_you_mean(name):
+    with pytest.raises(CommandError) as raised:
+        load_tokenizer(name)
+    assert str(raised.value) == f"tokenizer {name!r} not found: did you mean {DEMO_TOKENIZER!r}?"
+
+
+@pytest.fixture
+def unreachable_hub(monkeypatch) -> str:
+    """The hub at a local port nothing listens on, and no proxy: the probe is refused at once, network or not."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    for variable in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    return endpoint
+
+
+def test_a_hub_id_when_the_hub_cannot_be_reached_reads_the_cache_alone_and_says_so(unreachable_hub):
+    from slime_strands.cli.tokenizer_loading import _hub_reachable
+
+    assert not _hub_reachable()
+    with pytest.raises(CommandError) as raised:
+        load_tokenizer("someorg/no-such-model")
+    host = unreachable_hub.removeprefix("http://")
+    assert str(raised.value).startswith(
+        f"cannot load tokenizer 'someorg/no-such-model': the Hugging Face hub ({host}) cannot be reached from here, "
+        "and it is not in the local cache"
+    )
+    assert raised.value.hint is not None and DEMO_TOKENIZER in raised.value.hint
+
+
+def test_the_hub_behind_a_proxy_is_reached_through_the_proxy(unreachable_hub, monkeypatch):
+    """Where the environment names a proxy, the probe connects to it (the hub itself is not reachable directly)."""
+    import socket
+
+    from slime_strands.cli.tokenizer_loading import _hub_reachable
+
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.getsockname()[1]}")
+        assert _hub_reachable()
+
+
+def test_the_public_loader_is_the_commands_and_loads_the_demo_tokenizer():
+    import slime_strands
+
+    assert slime_strands.load_tokenizer is load_tokenizer
+    tokenizer = slime_strands.load_tokenizer(DEMO_TOKENIZER)
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") == 151645

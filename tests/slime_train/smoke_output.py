@@ -1,0 +1,169 @@
+"""What one ``scripts/slime_cpu_smoke.sh`` run left in its OUT_DIR, loaded for the tier's tests, and the check of
+a saved Sample against what the real server answered.
+
+The rollout files are slime's ``--save-debug-rollout-data`` (``torch.save`` of ``Sample.to_dict()`` per sample),
+read back into the project's field-for-field copy of slime's ``Sample``. ``requests.jsonl`` is the recording
+proxy's log (``serve.py``): every request slime's router sent the server, in arrival order, with its answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from slime_strands.agent.record import EpisodeRecord
+from slime_strands.settings import PluginSettings
+from slime_strands.testing.slime_types import Sample
+
+__all__ = ["Answer", "ServerLog", "SmokeRun", "served_turns"]
+
+_STEP_FILE = re.compile(r"rollout_(eval_)?(\d+)\.pt$")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One /generate the server answered: what was sent and what it wrote."""
+
+    order: int
+    """Position in the proxy's log (arrival order of the requests)."""
+    input_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish: str
+
+
+@dataclass(frozen=True)
+class ServerLog:
+    """The proxy's log: the answered generations by their input, and where slime's aborts fell."""
+
+    answers: tuple[Answer, ...]
+    by_input: dict[tuple[int, ...], tuple[Answer, ...]]
+    abort_orders: tuple[int, ...]
+    """Log positions of the ``/abort_request`` calls (slime's abort at the end of a rollout step)."""
+
+    @classmethod
+    def load(cls, path: Path) -> ServerLog:
+        answers: list[Answer] = []
+        aborts: list[int] = []
+        for order, line in enumerate(path.read_text().splitlines()):
+            row = json.loads(line)
+            if row["path"] == "/abort_request":
+                aborts.append(order)
+            answer = row.get("answer")
+            if row["path"] != "/generate" or row.get("status") != 200 or not isinstance(answer, dict):
+                continue
+            meta = answer["meta_info"]
+            pairs = meta.get("output_token_logprobs") or []
+            answers.append(
+                Answer(
+                    order=order,
+                    input_ids=tuple(row["body"]["input_ids"]),
+                    output_ids=tuple(int(p[1]) for p in pairs),
+                    logprobs=tuple(float(p[0]) for p in pairs),
+                    finish=meta["finish_reason"]["type"],
+                )
+            )
+        by_input: dict[tuple[int, ...], list[Answer]] = defaultdict(list)
+        for a in answers:
+            by_input[a.input_ids].append(a)
+        return cls(tuple(answers), {k: tuple(v) for k, v in by_input.items()}, tuple(aborts))
+
+
+def served_turns(sample: Any, log: ServerLog, *, masked_before: int = 0) -> list[Answer]:
+    """The server answers the sample's trajectory is made of, in order, checking on the way that every trained
+    token (loss mask 1) is a token the server wrote for a request whose input was the trajectory up to it, with
+    the server's logprob, that every other token (prompt, tool output, template) is masked with logprob 0.0, and
+    that the trajectory ends on a model output. AssertionError names the first position that breaks it.
+
+    ``masked_before``: response positions ``--mask-offpolicy-in-partial-rollout`` took out of the loss."""
+    tokens = list(sample.tokens)
+    n = sample.response_length
+    prompt_len = len(tokens) - n
+    mask, logprobs = list(sample.loss_mask), list(sample.rollout_log_probs)
+    turns: list[Answer] = []
+    pos = prompt_len
+    while pos < len(tokens):
+        matches = [
+            a
+            for a in log.by_input.get(tuple(tokens[:pos]), ())
+            if a.output_ids and tuple(tokens[pos : pos + len(a.output_ids)]) == a.output_ids
+        ]
+        if not matches:
+            i = pos - prompt_len
+            assert mask[i] == 0, f"response token {i} is trained but no server answer wrote it there"
+            assert logprobs[i] == 0.0, f"response token {i} is not the server's but has logprob {logprobs[i]}"
+            pos += 1
+            continue
+        answer = max(matches, key=lambda a: len(a.output_ids))
+        start, end = pos - prompt_len, pos - prompt_len + len(answer.output_ids)
+        want = [0 if i < masked_before else 1 for i in range(start, end)]
+        assert mask[start:end] == want, (
+            f"loss mask of the server's output at {start}:{end} is {mask[start:end]}"
+        )
+        assert logprobs[start:end] == list(answer.logprobs), f"logprobs at {start}:{end} are not the server's"
+        turns.append(answer)
+        pos += len(answer.output_ids)
+    if n:
+        assert turns, "a response with no server answer in it"
+        assert len(turns[0].input_ids) == prompt_len, "the first request was not the prompt"
+        last = turns[-1]
+        assert len(last.input_ids) + len(last.output_ids) == len(tokens), (
+            "the trajectory ends on no model output"
+        )
+    return turns
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    out: Path
+    config: dict[str, Any]
+    """smoke.json: the run's size and files (keys: the smoke script's variable names, lower case)."""
+    train: dict[int, list[Sample]]
+    """rollout_{id}.pt by rollout id."""
+    evals: dict[int, list[Sample]]
+    """rollout_eval_{id}.pt by rollout id."""
+    log: ServerLog
+    wandb_rows: list[dict[str, Any]]
+    """wandb_history.jsonl: every row slime's offline wandb runs logged."""
+    settings: PluginSettings
+
+    @classmethod
+    def load(cls, out: Path) -> SmokeRun:
+        config = json.loads((out / "smoke.json").read_text())
+        train: dict[int, list[Sample]] = {}
+        evals: dict[int, list[Sample]] = {}
+        for path in sorted(out.glob("rollout_*.pt")):
+            match = _STEP_FILE.search(path.name)
+            assert match, path
+            saved = torch.load(path, weights_only=False)
+            assert saved["rollout_id"] == int(match.group(2)), (
+                f"{path.name} holds rollout {saved['rollout_id']}"
+            )
+            (evals if match.group(1) else train)[int(match.group(2))] = [
+                Sample.from_dict(s) for s in saved["samples"]
+            ]
+        rows = [json.loads(line)["values"] for line in (out / "wandb_history.jsonl").read_text().splitlines()]
+        return cls(
+            out=out,
+            config=config,
+            train=train,
+            evals=evals,
+            log=ServerLog.load(out / "requests.jsonl"),
+            wandb_rows=rows,
+            settings=PluginSettings.from_yaml(config["plugin_config"]),
+        )
+
+    def every_sample(self) -> list[Sample]:
+        return [s for step in (*self.train.values(), *self.evals.values()) for s in step]
+
+    @staticmethod
+    def record(sample: Sample) -> EpisodeRecord:
+        record = EpisodeRecord.of(sample)
+        assert record is not None, f"sample {sample.index} carries no episode record"
+        return record

@@ -1,0 +1,289 @@
+"""What slime's own ``train.py --debug-rollout-only`` saved when it ran the plugin on a CPU against the real
+SGLang server (``scripts/slime_cpu_smoke.sh``): every Sample against the server's answers, statuses and rewards
+against each episode's record, groups, slime's partial rollout and eval, and the plugin's wandb keys.
+
+The smoke's model writes random tokens under a grammar (``scripts/slime_cpu/smoke_settings.yaml``): it answers
+at once, calls the Python tool then answers, or calls it to the limit, as its own sampling decides. The tests
+check whatever it did against the rules, and that the run covered what it must (a tool call then an answer, a
+continued episode).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+import subprocess
+import types
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slime_strands.agent.record import RewardRule, Termination
+from slime_strands.reward_norm import post_process_rewards
+from slime_strands.testing.invariants import assert_sample_invariants
+from slime_train.smoke_output import SmokeRun, served_turns
+
+pytestmark = pytest.mark.slime_train
+
+REPO = Path(__file__).resolve().parents[2]
+_BOXED = re.compile(r"Answer: \\boxed\{(\d+)\}")
+
+
+def _masked_before(smoke: SmokeRun, sample: object) -> int:
+    """Response tokens ``--mask-offpolicy-in-partial-rollout`` took out of the loss (none unless the smoke set it)."""
+    return SmokeRun.record(sample).offpolicy_masked_tokens if smoke.config["mask_offpolicy"] else 0  # type: ignore[arg-type]
+
+
+def test_every_rollout_step_saved_a_full_batch_of_whole_groups(smoke: SmokeRun) -> None:
+    n, batch = smoke.config["n_samples_per_prompt"], smoke.config["rollout_batch_size"]
+    assert sorted(smoke.train) == list(range(smoke.config["num_rollout"]))
+    for rollout_id, samples in smoke.train.items():
+        assert len(samples) == batch * n, f"rollout {rollout_id}: {len(samples)} samples"
+        groups = Counter(s.group_index for s in samples)
+        assert sorted(groups.values()) == [n] * batch, f"rollout {rollout_id}: group sizes {groups}"
+        assert len({s.index for s in samples}) == len(samples), (
+            f"rollout {rollout_id}: repeated sample indices"
+        )
+
+
+def test_every_saved_sample_is_what_the_server_wrote(smoke: SmokeRun) -> None:
+    """The trajectory invariants, slime's view and the server's: tokens = prompt + response, mask and logprobs the
+    response's length, every trained token the server's output for the trajectory so far (with its logprob),
+    every tool-output or template token masked, and the trajectory ending on a model output."""
+    samples = smoke.every_sample()
+    assert samples
+    for sample in samples:
+        masked = _masked_before(smoke, sample)
+        assert_sample_invariants(sample, masked_before=masked)
+        turns = served_turns(sample, smoke.log, masked_before=masked)
+        # one server answer per turn: a grammar-constrained turn slime's abort cut is asked again whole
+        assert len(turns) == SmokeRun.record(sample).turns, f"sample {sample.index}"
+        assert len(sample.weight_versions) == len(turns), (
+            f"sample {sample.index}: a weight version per answer"
+        )
+
+
+def test_statuses_and_rewards_follow_each_episode_record(smoke: SmokeRun) -> None:
+    reward = smoke.settings.reward
+    for evaluation, steps in ((False, smoke.train), (True, smoke.evals)):
+        for sample in (s for step in steps.values() for s in step):
+            record = SmokeRun.record(sample)
+            assert record.evaluation is evaluation
+            assert sample.status.name == record.treatment.status, (sample.index, record.termination)
+            assert bool(sample.remove_sample) is record.treatment.remove_sample
+            assert record.treatment.reward is RewardRule.SCORE, (
+                f"sample {sample.index} ended {record.termination}"
+            )
+            answers = _BOXED.findall(sample.response)
+            correct = bool(answers) and answers[-1] == str(sample.label)
+            if evaluation:
+                expected = 1.0 if correct else 0.0
+            elif correct:
+                expected = reward.correct
+            else:
+                shaped = (
+                    reward.incorrect
+                    + (record.tool_iters - reward.shaping_baseline_iters) * reward.shaping_per_iter
+                )
+                expected = min(reward.shaping_cap, shaped) if reward.tool_shaping else reward.incorrect
+            assert sample.reward == pytest.approx(expected), (
+                sample.index,
+                sample.response[-80:],
+                sample.label,
+            )
+            if record.termination is Termination.END_TURN:
+                assert answers, f"sample {sample.index} ended its turn without an answer"
+            if record.termination is Termination.TOOL_LIMIT:
+                assert record.tool_iters == smoke.settings.max_tool_iters
+
+
+def test_the_reward_post_process_normalises_each_saved_group(smoke: SmokeRun) -> None:
+    """slime calls the plugin's reward post-process only when it trains: run it on what each step saved."""
+    args = types.SimpleNamespace(
+        advantage_estimator="grpo",
+        rewards_normalization=True,
+        grpo_std_normalization=True,
+        n_samples_per_prompt=smoke.config["n_samples_per_prompt"],
+        rollout_batch_size=smoke.config["rollout_batch_size"],
+        reward_key=None,
+    )
+    for rollout_id, samples in smoke.train.items():
+        raw, normalised = post_process_rewards(args, samples)
+        assert raw == [s.reward for s in samples]
+        by_group: dict[int, list[float]] = defaultdict(list)
+        for sample, value in zip(samples, normalised, strict=True):
+            by_group[sample.group_index].append(value)
+        for group, values in by_group.items():
+            assert sum(values) == pytest.approx(0.0, abs=1e-5), (
+                f"rollout {rollout_id} group {group}: {values}"
+            )
+
+
+_CALL_AND_RESULT = re.compile(
+    r'"code": "(?P<code>(?:[^"\\]|\\.)*)"\}\}\s*</tool_call>.*?<tool_response>\s*(?P<output>.*?)\s*</tool_response>',
+    re.DOTALL,
+)
+_PRINTED_SUM = re.compile(r"print\((\d+(?: [-+*] \d+)*)\)")
+
+
+def _arithmetic(expression: str) -> int:
+    """The value of ``a op b op c`` with + - * on integers (what the smoke's grammar lets the model print), by
+    Python's precedence, without evaluating model-written text as code."""
+    node = ast.parse(expression, mode="eval").body
+
+    def value(n: ast.AST) -> int:
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        assert isinstance(n, ast.BinOp), ast.dump(n)
+        left, right = value(n.left), value(n.right)
+        ops = {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}
+        return ops[type(n.op)]
+
+    return value(node)
+
+
+def test_episodes_called_the_python_tool_and_then_answered(smoke: SmokeRun) -> None:
+    """The sandbox ran the model's program inside slime's Ray actor: each call's tool response (masked, see above)
+    holds what the program printed."""
+    tool_then_answer = []
+    for sample in smoke.every_sample():
+        record = SmokeRun.record(sample)
+        if record.tool_calls and record.termination is Termination.END_TURN:
+            tool_then_answer.append(sample)
+            assert record.tool_errors == 0, f"sample {sample.index}: the sandbox failed the model's program"
+    assert tool_then_answer, "no episode called the tool and then answered"
+    for sample in tool_then_answer:
+        calls = list(_CALL_AND_RESULT.finditer(sample.response))
+        assert len(calls) == SmokeRun.record(sample).tool_calls, sample.response[-600:]
+        for call in calls:
+            assert call["output"], f"sample {sample.index}: an empty tool response"
+            printed = _PRINTED_SUM.fullmatch(call["code"])
+            if printed:
+                assert call["output"] == str(_arithmetic(printed.group(1))), call.group(0)
+
+
+def test_slime_aborted_episodes_and_continued_them_at_a_later_step(smoke: SmokeRun) -> None:
+    """``--partial-rollout`` with over-sampling: slime aborted the slowest episodes when a step had its batch,
+    put their groups back in its buffer, and a later step handed them back; with ``resume_aborted`` the episode
+    went on where it stopped: its turns from before the abort were not generated again."""
+    if smoke.config["partial_rollout"] != 1 or smoke.config["num_rollout"] < 2:
+        pytest.skip("a smoke variant without partial rollout or with one step: nothing can continue")
+    assert smoke.settings.resume_aborted
+    assert smoke.config["over_sampling_batch_size"] > smoke.config["rollout_batch_size"]
+    collected = [
+        int(n) for n in re.findall(r"Collected (\d+) partial samples", (smoke.out / "train.log").read_text())
+    ]
+    assert sum(collected) > 0, "slime's abort collected no partial sample"
+    carried = []  # episodes that continued with turns from before an abort
+    for rollout_id, samples in smoke.train.items():
+        for sample in samples:
+            record = SmokeRun.record(sample)
+            assert record.regenerations >= record.continuations
+            if record.turns_saved:
+                assert record.continuations >= 1
+                # slime marks a partial sample with the step that aborted it when it holds a response
+                assert sample.metadata["start_rollout_id"] < rollout_id
+                carried.append(sample)
+    assert carried, "no saved episode continued with turns from before slime's abort"
+    for sample in carried:
+        record = SmokeRun.record(sample)
+        turns = served_turns(sample, smoke.log, masked_before=_masked_before(smoke, sample))
+        prompt_len = len(sample.tokens) - sample.response_length
+        # Its trajectory: turns the server answered before one of slime's aborts, then turns answered after it,
+        # each continuation going on from the turns before it (not from the prompt: nothing generated again).
+        # A seam is where an abort fell between two of its turns; each continuation carried every turn before
+        # its seam (a turn the abort cut is asked again whole under the grammar), so the seams add up to the
+        # record's turns_saved.
+        seams = [
+            i
+            for i in range(1, len(turns))
+            if any(turns[i - 1].order < a < turns[i].order for a in smoke.log.abort_orders)
+        ]
+        assert seams, f"sample {sample.index}: no abort between its turns"
+        assert sum(seams) == record.turns_saved, (sample.index, seams, record.turns_saved)
+        assert len(seams) <= record.continuations
+        assert all(len(turns[i].input_ids) > prompt_len for i in seams)
+
+
+def _eval_calls(smoke: SmokeRun) -> list[int]:
+    """The rollout ids slime's train.py evaluates at, in order: before the first step, then after each step its
+    ``--eval-interval`` or an epoch of the prompt data ends (``should_run_periodic_action``)."""
+    interval = smoke.config["eval_interval"]
+    prompts = len(Path(smoke.config["train_data"]).read_text().splitlines())
+    per_epoch = prompts // smoke.config["rollout_batch_size"]
+    steps = range(smoke.config["num_rollout"])
+    return [0, *(r for r in steps if (r + 1) % interval == 0 or (r + 1) % per_epoch == 0)]
+
+
+def test_eval_ran_through_slimes_eval_path_with_the_eval_reward(smoke: SmokeRun) -> None:
+    size = smoke.config["eval_prompts"] * smoke.config["eval_n_samples"]
+    calls = _eval_calls(smoke)
+    assert sorted(smoke.evals) == sorted(set(calls))
+    plugin_rows = [r for r in smoke.wandb_rows if "eval/strands/aime/accuracy" in r]
+    slime_rows = [r for r in smoke.wandb_rows if "eval/aime" in r]
+    assert len(plugin_rows) == len(slime_rows) == len(calls)
+    for rollout_id, samples in smoke.evals.items():
+        last = max(i for i, call in enumerate(calls) if call == rollout_id)  # a later eval rewrote the file
+        assert len(samples) == size, f"eval {rollout_id}: {len(samples)} samples"
+        assert all(s.reward in (0.0, 1.0) for s in samples), "eval rewards are plain accuracy"
+        accuracy = sum(s.reward == 1.0 for s in samples) / size
+        assert plugin_rows[last]["eval/strands/aime/accuracy"] == pytest.approx(accuracy)
+        assert plugin_rows[last]["eval/strands/aime/samples"] == size
+        assert slime_rows[last]["eval/aime"] == pytest.approx(accuracy)
+        k = 1
+        while k <= smoke.config["eval_n_samples"]:
+            assert f"eval/strands/aime/pass@{k}" in plugin_rows[last]
+            k *= 2
+
+
+def test_the_plugins_rollout_metrics_reached_wandb(smoke: SmokeRun) -> None:
+    rows = [r for r in smoke.wandb_rows if "rollout/strands/samples" in r]
+    assert len(rows) == smoke.config["num_rollout"]
+    for row, (rollout_id, samples) in zip(rows, sorted(smoke.train.items()), strict=True):
+        records = [SmokeRun.record(s) for s in samples]
+        assert row["rollout/strands/samples"] == len(samples), rollout_id
+        assert row["rollout/strands/continued_episodes"] == sum(1 for r in records if r.continuations)
+        assert row["rollout/strands/tool_calls_mean"] == pytest.approx(
+            sum(r.tool_calls for r in records) / len(records)
+        )
+        assert any(key.startswith("rollout/strands/termination/") for key in row)
+
+
+def _plugin_flags(args: list[str]) -> list[str]:
+    """The plugin's flags (and values) in a train.py command line."""
+    out = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--custom-") or arg == "--log-passrate":
+            out.append(arg)
+            if arg != "--log-passrate":
+                out.append(args[i + 1])
+    return out
+
+
+def test_the_smoke_ran_the_recipes_plugin_flags_and_settings(smoke: SmokeRun) -> None:
+    smoke_cmd = shlex.split((smoke.out / "run_config" / "command.txt").read_text().removeprefix("+ "))
+    recipe = subprocess.run(
+        ["bash", str(REPO / "scripts" / "strands_qwen3_8b.sh")],
+        env={"PATH": "/usr/bin:/bin", "DRY_RUN": "1", "AUTO_PREPARE": "0", "HOME": str(smoke.out)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    submit = next(line for line in recipe.stdout.splitlines() if "train.py" in line)
+    recipe_flags = _plugin_flags(shlex.split(submit.removeprefix("+ ")))
+    settings_path = smoke.config["plugin_config"]
+    assert _plugin_flags(smoke_cmd) == [
+        settings_path if f.endswith("strands_math.yaml") else f for f in recipe_flags
+    ]
+    # The settings: the recipe's file, with the smoke's overlay and nothing else changed.
+    recipe_settings = yaml.safe_load((REPO / "configs" / "strands_math.yaml").read_text())["strands"]
+    overlay = yaml.safe_load(Path(smoke.config["smoke_settings"]).read_text())["strands"]
+    ran = yaml.safe_load(Path(settings_path).read_text())["strands"]
+    assert {k: v for k, v in ran.items() if k not in overlay} == {
+        k: v for k, v in recipe_settings.items() if k not in overlay
+    }
+    for key, value in overlay.items():
+        assert ran[key] == ({**recipe_settings[key], **value} if isinstance(value, dict) else value)

@@ -1,0 +1,138 @@
+"""The CPU smoke's parts that need no run: the tiny model's Megatron flags, the settings overlay, the cpu accelerator
+and the Megatron import stubs of the test harness, and the script's refusals before it builds anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from real_sglang.tiny_model import make_tiny_model
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "scripts" / "slime_cpu_smoke.sh"
+HARNESS = REPO / "tests" / "slime_train" / "harness"
+RENDER = REPO / "scripts" / "slime_cpu" / "render_settings.py"
+
+
+def _model_args() -> dict[str, str | bool]:
+    out = subprocess.run(
+        ["bash", "-c", f'source {REPO}/scripts/models/tiny-qwen3.sh && printf "%s\\n" "${{MODEL_ARGS[@]}}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")[:-1]
+    args: dict[str, str | bool] = {}
+    for i, word in enumerate(out):
+        if word.startswith("--"):
+            following = out[i + 1] if i + 1 < len(out) else "--"
+            args[word] = True if following.startswith("--") else following
+    return args
+
+
+def test_the_tiny_models_megatron_flags_match_its_config(tmp_path: Path) -> None:
+    config = json.loads((make_tiny_model(tmp_path) / "config.json").read_text())
+    args = _model_args()
+    assert args["--num-layers"] == str(config["num_hidden_layers"])
+    assert args["--hidden-size"] == str(config["hidden_size"])
+    assert args["--ffn-hidden-size"] == str(config["intermediate_size"])
+    assert args["--num-attention-heads"] == str(config["num_attention_heads"])
+    assert args["--num-query-groups"] == str(config["num_key_value_heads"])
+    assert args["--kv-channels"] == str(config["head_dim"])
+    assert args["--vocab-size"] == str(config["vocab_size"])
+    assert float(str(args["--norm-epsilon"])) == config["rms_norm_eps"]
+    assert float(str(args["--rotary-base"])) == config["rope_theta"]
+    assert ("--untie-embeddings-and-output-weights" in args) is not config["tie_word_embeddings"]
+
+
+def _render(tmp_path: Path, overlay: dict) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    return subprocess.run(
+        [sys.executable, str(RENDER), str(REPO / "configs" / "strands_math.yaml"), str(tmp_path / "overlay.yaml"),
+         str(tmp_path / "out.yaml")],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+
+
+def test_the_overlay_changes_only_its_own_keys(tmp_path: Path) -> None:
+    overlay = {"strands": {"sampling_params": {"regex": "Answer: 1"}, "sandbox": {"timeout_s": 3.0}}}
+    assert _render(tmp_path, overlay).returncode == 0
+    base = yaml.safe_load((REPO / "configs" / "strands_math.yaml").read_text())["strands"]
+    out = yaml.safe_load((tmp_path / "out.yaml").read_text())["strands"]
+    assert out["sampling_params"] == {"regex": "Answer: 1"}
+    assert out["sandbox"] == {**base["sandbox"], "timeout_s": 3.0}
+    assert {k: v for k, v in out.items() if k not in ("sampling_params", "sandbox")} == {
+        k: v for k, v in base.items() if k not in ("sampling_params", "sandbox")
+    }
+
+
+def test_an_overlay_the_plugin_rejects_stops_with_one_line_and_no_file(tmp_path: Path) -> None:
+    result = _render(tmp_path, {"strands": {"max_tool_iterz": 3}})
+    assert result.returncode == 2
+    assert "max_tool_iterz" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def _slime_source() -> Path:
+    source = Path(os.environ.get("SLIME_STRANDS_SLIME_SOURCE") or REPO.parent / "shared" / "slime")
+    if not (source / "slime" / "utils" / "accelerator" / "__init__.py").is_file():
+        pytest.skip(f"no slime source at {source} (set SLIME_STRANDS_SLIME_SOURCE)")
+    return source
+
+
+def _in_slime(code: str, *, switched_on: bool) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SLIME_STRANDS_CPU_ACCELERATOR"}
+    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS), str(HARNESS / "megatron_stub"), str(_slime_source())])
+    if switched_on:
+        env["SLIME_STRANDS_CPU_ACCELERATOR"] = "1"
+    prelude = (
+        "import slime_cpu_accelerator; slime_cpu_accelerator.install()\n"  # what the driver venv's .pth does
+    )
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, env=env)
+
+
+def test_the_harness_registers_a_cpu_accelerator_in_slime_only_when_switched_on() -> None:
+    code = (
+        "import json\nfrom slime.utils import accelerator\nacc = accelerator.get_accelerator()\n"
+        "print(json.dumps([acc.name, acc.device_type, acc.device_count(), acc.communication_backend(),"
+        " acc.mem_get_info()]))"
+    )
+    on = _in_slime(code, switched_on=True)
+    assert on.returncode == 0, on.stderr[-2000:]
+    assert json.loads(on.stdout.splitlines()[-1]) == ["cpu", "cpu", 1, "gloo", [0, 0]]
+    off = _in_slime(code, switched_on=False)
+    assert off.returncode != 0
+    assert "No usable accelerator" in off.stderr
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "from megatron.legacy import fused_kernels; fused_kernels.load()",
+        "from megatron.legacy.model.module import param_is_not_shared; param_is_not_shared(None)",
+        "from megatron.rl.parallel_utils import build_inference_pg_collection; build_inference_pg_collection()",
+    ],
+)
+def test_the_megatron_import_stubs_raise_when_called(call: str) -> None:
+    result = _in_slime(call, switched_on=False)
+    assert result.returncode != 0
+    assert "import-only stub" in result.stderr
+
+
+def test_the_smoke_needs_an_out_dir() -> None:
+    result = subprocess.run(["bash", str(SMOKE)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "usage: bash scripts/slime_cpu_smoke.sh OUT_DIR" in result.stderr
+
+
+def test_the_smoke_refuses_a_folder_it_did_not_write_and_leaves_it_alone(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("keep me")
+    result = subprocess.run(["bash", str(SMOKE), str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "is not empty and not an earlier smoke's" in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
