@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import qwen3_tokenizer_path
+from tokenizer_kit import qwen3_tokenizer_path
 
 from slime_strands import rollout
 from slime_strands.agent.record import EpisodeRecord
