@@ -5,14 +5,14 @@ module prefix. A module may import only from its own layer or a layer below it. 
 repository is checked: the package, ``data_prep/`` (the package's eval reads its row format; it names the
 package's install hints), and the package's users on top: ``tests/``, ``benchmarks/`` and the scripts' Python.
 Every import counts: module level, inside functions (lazy imports are real dependencies), and under
-``if TYPE_CHECKING:`` (a type that points up is the same smell). Every file must fall in exactly one layer, so
-a new module cannot slip in undeclared.
+``if TYPE_CHECKING:`` (a type that points up is the same smell), and so do the packages an import runs first:
+importing ``slime_strands.errors`` from ``data_prep`` runs ``slime_strands/__init__.py``, the facade at the top.
+Every file must fall in exactly one layer, so a new module cannot slip in undeclared.
 
-Loops are checked on the same imports, plus the packages an import runs first (importing
-``slime_strands.cli.install_hints`` runs ``slime_strands/cli/__init__.py``). Modules that import each other, at
-once or through others, are a loop even when no arrow points up: ``data_prep`` and the command line were one
-(through a function-level import), ``template/render.py`` and ``template/probe.py`` another (each called the
-other; one of the two imports was under ``TYPE_CHECKING``).
+Loops are checked on the same imports. Modules that import each other, at once or through others, are a loop even
+when no arrow points up: ``data_prep`` and the command line were one (through a function-level import and the
+packages it ran), ``template/render.py`` and ``template/probe.py`` another (each called the other; one of the two
+imports was under ``TYPE_CHECKING``).
 
 The check reads the source with ``ast`` (nothing is imported, so an import cycle or a heavy dependency cannot
 hide an arrow), resolves relative imports, and treats ``from pkg import name`` as an import of the submodule
@@ -39,7 +39,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (  # errors, the time limit, pip hints, the strict reader of saved data
         "slime_strands.errors",
         "slime_strands._aio",
-        "slime_strands.install_hints",
         "slime_strands.strict_reader",
     ),
     ("slime_strands.tool_parsers",),  # text -> tool calls; knows no tokenizer, template or agent
@@ -88,7 +87,8 @@ class Arrow:
 
     def __str__(self) -> str:
         where = " (lazy or TYPE_CHECKING)" if self.lazy else ""
-        return f"{self.source} imports {self.target} at line {self.line}{where}"
+        how = "runs the package" if self.implied else "imports"
+        return f"{self.source} {how} {self.target} at line {self.line}{where}"
 
 
 def python_files(root: Path) -> Iterator[Path]:
@@ -147,7 +147,8 @@ def imports_of(module: Module, modules: dict[str, Module]) -> Iterator[Arrow]:
 
 def _packages_run(source: str, target: str, modules: dict[str, Module]) -> Iterator[str]:
     """The packages whose ``__init__`` importing ``target`` runs first, but for ``source``'s own (already
-    running): importing ``slime_strands.cli.install_hints`` from ``data_prep`` runs ``slime_strands.cli``."""
+    running): importing ``slime_strands.cli.errors`` from ``data_prep`` runs ``slime_strands`` and
+    ``slime_strands.cli``."""
     parts = target.split(".")
     for end in range(1, len(parts)):
         package = ".".join(parts[:end])
@@ -182,8 +183,6 @@ def upward_arrows(
     found = []
     for module in modules.values():
         for arrow in imports_of(module, modules):
-            if arrow.implied:  # the layers are the imports as written
-                continue
             low, high = layer_of(module.layer_key, layers), layer_of(modules[arrow.target].layer_key, layers)
             if high > low:
                 found.append((arrow, layers[low][0], layers[high][0]))
@@ -329,7 +328,8 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 def test_the_checker_sees_every_kind_of_import(tmp_path):
     """The checker itself can fail: an upward import hidden in a function, under TYPE_CHECKING or written
-    relative is found, in the package and from a folder beside it."""
+    relative is found, in the package and from a folder beside it, and so is a package's ``__init__`` that an
+    import runs."""
     _write(
         tmp_path,
         {
@@ -343,15 +343,18 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
             "tools/use.py": "import pkg.high\n",  # above pkg.low: allowed
             "tests/helper.py": "def f():\n    import tools.use\n",  # the top: allowed
             "tools/bad.py": "from helper import f\n",  # a test helper, from below the tests
+            "rows/__init__.py": "",
+            "rows/prep.py": "def hint():\n    from pkg.low.c import a\n",  # low, but runs the package's top
         },
     )
     modules = modules_of(tmp_path, ("", "tests"))
-    layers = (("pkg.low",), ("pkg.high", "pkg"), ("tools",), ("tests",))
+    layers = (("pkg.low",), ("rows",), ("pkg.high", "pkg"), ("tools",), ("tests",))
     found = {(a.source, a.target, a.lazy) for a, _, _ in upward_arrows(modules, layers)}
     assert found == {
         ("pkg.low.a", "pkg.high", True),
         ("pkg.low.b", "pkg.high", True),
         ("tools.bad", "helper", False),
+        ("rows.prep", "pkg", True),
     }
 
 

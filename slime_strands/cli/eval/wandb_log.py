@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...install_hints import install_command
+from data_prep.install_hints import install_command
+
 from ...trajectories.file import TrajectoryRow
 from ..errors import CommandError
 from .summary import DatasetSummary
