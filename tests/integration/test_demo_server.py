@@ -178,12 +178,12 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-NO_TOOL_LIST = {"deepseekv31"}
-"""Families whose chat template writes no tool list (DeepSeek V3.1's: its users describe tools in the system
-prompt themselves), so no policy can see which tools a request offers: the demo policy calls its own."""
+NO_TOOL_LIST = {"deepseekv3", "deepseekv31"}
+"""Families whose chat template writes no tool list (DeepSeek V3/R1's and V3.1's: their users describe tools in the
+system prompt themselves), so no policy can see which tools a request offers: the demo policy calls its own."""
 
 
-@pytest.mark.parametrize("name", sorted(set(FAMILIES) - NO_TOOL_LIST))
+@pytest.mark.parametrize("name", sorted(set(SUPPORTED) - NO_TOOL_LIST))
 async def test_an_agent_with_its_own_tools_gets_an_answer_without_a_call(name):
     """A user's own tool (not the policy's execute_python_code) and a system prompt that names the policy's tool
     in prose: the policy calls nothing, answers at once and says why; no call to an unknown tool."""
