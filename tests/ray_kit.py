@@ -145,3 +145,25 @@ class Gate:
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def close_pools() -> None:
+    """Stop every pool the plugin made (as the end of a run does) and put the default settings back."""
+    from slime_strands.sandbox import _host
+
+    for runner in _host.HOST.shared_runners():
+        await runner.aclose()
+    _host.HOST.configure(SandboxSettings())
+
+
+def python_call(code: str) -> str:
+    """A hermes tool call of the math agent's tool, as a scripted model turn."""
+    import json
+
+    payload = json.dumps({"name": "execute_python_code", "arguments": {"code": code}})
+    return f"<tool_call>\n{payload}\n</tool_call>"
+
+
+def sandbox_strands(**sandbox: Any) -> dict[str, Any]:
+    """The plugin settings (``strands:``) of the math agent's tool with these sandbox settings."""
+    return {"tools": ["slime_strands.sandbox.execute_python_code"], "sandbox": sandbox}

@@ -552,7 +552,10 @@ class RayPlacement(Placement):
         address = os.environ.get("RAY_ADDRESS") or None  # never another cluster found on this machine
         try:
             ray.init(
-                address=address or "local", include_dashboard=False, log_to_driver=False, configure_logging=False
+                address=address or "local",
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
             )
         except Exception as exc:
             where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray"

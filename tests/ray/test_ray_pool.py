@@ -279,7 +279,9 @@ async def test_workers_that_cannot_be_placed_are_a_configuration_error_at_the_st
     await hog.ready.remote()  # every CPU of the cluster taken
     pool = RayPool(SandboxSettings(prewarm=False, **pool_settings(workers=1, start_timeout_s=2)))
     try:
-        with pytest.raises(SandboxPoolError, match="did not start within sandbox.ray.start_timeout_s = 2 s"):
+        with pytest.raises(
+            SandboxPoolError, match=r"did not start within sandbox\.ray\.start_timeout_s = 2 s"
+        ):
             await pool.start()
     finally:
         await pool.aclose()
