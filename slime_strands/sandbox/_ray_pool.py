@@ -16,10 +16,11 @@ two attempts of ``timeout_s`` + ``ATTEMPT_MARGIN_S`` each, once it has a slot.
 Backpressure: at most ``workers`` x ``slots_per_worker`` runs are at the workers; up to ``max_waiting`` more
 wait here, first come first served; one more gets a tool error at once, so memory stays bounded.
 
-The pool's state lives on its own event loop, on a daemon thread: one pool serves every event loop and
-thread of the process (one per loop would multiply the actors), and Ray's blocking calls never run on a
-caller's loop. Its actors are owned by this process: Ray kills them if it dies; :meth:`RayPool.aclose`
-stops them first (each closes its sandbox, then is killed).
+One pool serves every event loop and thread of the process (one per loop would multiply the actors): a run
+takes its slot (``_ray_slots``) and awaits its worker on the caller's own loop, no other thread in between;
+starting, watching and replacing workers happen on the pool's own event loop, on a daemon thread. Its actors
+are owned by this process: Ray kills them if it dies; :meth:`RayPool.aclose` stops them first (each closes
+its sandbox, then is killed).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any, TypeVar
 from .._aio import within
 from ..errors import ConfigurationError
 from ..settings import SandboxSettings
+from ._ray_slots import Slots, Unavailable
 from ._ray_worker import SandboxWorker, WorkerInfo
 from ._result import ExecutionResult
 from ._runner import CodeRunner, Placement
@@ -69,10 +71,6 @@ class _Lost(Exception):
     """The worker running an execution was lost: it died, its node died, or it stopped answering."""
 
 
-class _Unavailable(Exception):
-    """No slot can be had: too many executions wait, no worker is alive, or the pool was closed."""
-
-
 @dataclasses.dataclass(frozen=True)
 class PoolState:
     """What the pool holds and has done (for logs, tests and the benchmark)."""
@@ -96,7 +94,6 @@ class _Worker:
     started: Any  # the ObjectRef of its start call
     info: WorkerInfo | None = None
     busy: int = 0
-    lost: bool = False
 
     def __str__(self) -> str:
         return str(self.info) if self.info else "a worker that had not started"
@@ -114,7 +111,7 @@ def _ray() -> Any:
 
 
 class _OwnLoop:
-    """An event loop on a daemon thread: the pool's state lives there, whichever loop or thread calls it."""
+    """An event loop on a daemon thread, where the pool starts, watches and replaces its workers."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -137,6 +134,13 @@ class _OwnLoop:
             raise
         return await asyncio.wrap_future(future)
 
+    def submit(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` there, from any thread, without waiting; nothing when the loop is gone."""
+        try:
+            asyncio.run_coroutine_threadsafe(coro, self.loop)
+        except RuntimeError:
+            coro.close()
+
     def stop(self) -> None:
         """Stop the loop (from any thread, its own included); its thread then ends."""
         with contextlib.suppress(RuntimeError):  # already closed
@@ -152,58 +156,126 @@ class RayPool(CodeRunner):
         self.settings = settings
         self._pool = settings.ray
         self._own = _OwnLoop()
-        self._workers: list[_Worker] = []  # started and not lost
-        self._starting: list[_Worker] = []
-        self._waiters: collections.deque[asyncio.Future[_Worker]] = collections.deque()
-        self._start_lock = asyncio.Lock()
+        self._slots: Slots[_Worker] = Slots(self._pool.slots_per_worker, self._pool.max_waiting)
+        self._starting: set[_Worker] = set()  # launched, not up yet (killed if the pool closes)
+        self._start_lock = asyncio.Lock()  # on the pool's loop
         self._started: str | None = None
         self._refused: ConfigurationError | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()  # on the pool's loop: starts, watches, replacements
         self._actor_class: Any = None
+        self._lock = threading.Lock()  # the counters and flags below, from any thread
         self._active = 0
         self._retired = self._closing = False
         self._counts = collections.Counter[str]()
 
-    # ---- the runner interface (any loop, any thread) ----
+    # ---- the runner interface: any loop, any thread ----
 
     async def start(self) -> str:
         """Start every worker (at the first sample) and return the backend(s) isolating their runs."""
+        if self._started is not None:
+            return self._started
         try:
             return await self._own.call(self._start())
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # the pool's loop is gone
             raise SandboxPoolError("the Ray sandbox pool was closed") from exc
 
     async def run(self, code: str) -> ExecutionResult:
+        await self.start()  # done at the first sample's preflight; a library caller gets the error here
+        with self._lock:
+            self._active += 1
         try:
-            return await self._own.call(self._run(code))
-        except RuntimeError:
-            return self._error("the Ray sandbox pool was closed")
+            return await self._run(code)
+        except Unavailable as exc:
+            return self._error(str(exc))
+        finally:
+            with self._lock:
+                self._active -= 1
+                idle = self._retired and not self._active
+            if idle:
+                self.retire()
 
     def retire(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            self._own.loop.call_soon_threadsafe(self._retire)
+        with self._lock:
+            self._retired = True
+            idle = not self._active
+        if idle:
+            self._own.submit(self._close_and_stop())
 
     async def aclose(self) -> None:
         with contextlib.suppress(RuntimeError):
             await self._own.call(self._close())
         await asyncio.get_running_loop().run_in_executor(None, self._own.stop)
 
-    async def state(self) -> PoolState:
-        return await self._own.call(self._state())
-
-    # ---- on the pool's loop ----
-
-    async def _state(self) -> PoolState:
+    def state(self) -> PoolState:
+        busy, waiting, starting = self._slots.counts()
+        with self._lock:
+            counts = dict(self._counts)
         return PoolState(
-            workers=tuple(w.info for w in self._workers if w.info is not None),
-            starting=len(self._starting),
-            busy=sum(w.busy for w in self._workers),
-            waiting=len(self._waiters),
-            peak_busy=self._counts["peak_busy"],
-            retried=self._counts["retried"],
-            lost_workers=self._counts["lost"],
-            failed=self._counts["failed"],
+            workers=tuple(w.info for w in self._slots.workers() if w.info is not None),
+            starting=starting,
+            busy=busy,
+            waiting=waiting,
+            peak_busy=self._slots.peak_busy,
+            retried=counts.get("retried", 0),
+            lost_workers=counts.get("lost", 0),
+            failed=counts.get("failed", 0),
         )
+
+    # ---- runs: on the caller's loop ----
+
+    async def _run(self, code: str) -> ExecutionResult:
+        try:
+            return await self._attempt(code)
+        except _Lost as first:
+            if self._closing:
+                return self._error("the Ray sandbox pool was closed while this code ran")
+            self._count("retried")
+            try:
+                return await self._attempt(code)  # once more, on another worker
+            except _Lost as second:
+                self._count("failed")
+                return self._error(
+                    f"the Ray sandbox worker running this code was lost twice ({first}; then {second}): "
+                    "its output is unknown"
+                )
+
+    async def _attempt(self, code: str) -> ExecutionResult:
+        """One run on one worker; _Lost when that worker died or stopped answering (it is replaced)."""
+        worker = await self._slots.acquire()
+        ref = None
+        patience = self.settings.timeout_s + ATTEMPT_MARGIN_S
+        try:
+            ref = worker.handle.run.remote(code)
+            result: ExecutionResult = await within(ref, patience)
+            return result
+        except asyncio.CancelledError:
+            if ref is not None:  # the worker's task is cancelled: its sandbox kills the run
+                with contextlib.suppress(Exception):
+                    _ray().cancel(ref)
+            raise
+        except asyncio.TimeoutError:
+            why = f"no reply within {patience:g} s"
+            self._lose(worker, why)
+            raise _Lost(f"{worker}: {why}") from None
+        except Exception as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, SandboxIsolationError):
+                raise SandboxIsolationError(str(cause)) from None
+            if not _worker_gone(exc):
+                return self._error(f"the Ray sandbox worker on {worker} failed: {type(exc).__name__}: {exc}")
+            self._lose(worker, type(exc).__name__)
+            raise _Lost(f"{worker}: {type(exc).__name__}") from None
+        finally:
+            self._slots.release(worker)
+
+    def _error(self, message: str) -> ExecutionResult:
+        return ExecutionResult("", "", None, backend=self._started or "", error=message)
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self._counts[what] += 1
+
+    # ---- workers: started, watched and replaced on the pool's loop ----
 
     async def _start(self) -> str:
         async with self._start_lock:
@@ -215,7 +287,7 @@ class RayPool(CodeRunner):
                 except ConfigurationError as exc:
                     self._refused = exc
                     raise
-                self._started = ", ".join(sorted({w.info.backend for w in self._workers if w.info}))
+                self._started = ", ".join(sorted({w.info.backend for w in self._slots.workers() if w.info}))
             return self._started
 
     async def _start_workers(self) -> None:
@@ -232,17 +304,16 @@ class RayPool(CodeRunner):
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             for worker in launched:
-                worker.lost = True  # not replaced: the pool did not start
+                self._slots.remove(worker, replaced=False)  # not replaced: the pool did not start
                 self._kill(worker)
-            self._workers.clear()
             raise next((f for f in failures if isinstance(f, ConfigurationError)), failures[0])
-        nodes = {w.info.node_id for w in self._workers if w.info}
+        workers = self._slots.workers()
         logger.info(
             "slime-strands sandbox: Ray pool of %d workers x %d slots on %d node(s): %s",
-            len(self._workers),
+            len(workers),
             self._pool.slots_per_worker,
-            len(nodes),
-            "; ".join(str(w) for w in self._workers),
+            len({w.info.node_id for w in workers if w.info}),
+            "; ".join(str(w) for w in workers),
         )
 
     async def _check_resources(self, ray: Any) -> None:
@@ -275,11 +346,14 @@ class RayPool(CodeRunner):
             )
         return self._actor_class
 
-    def _launch(self) -> _Worker:
-        """Create one worker actor now (counted as starting at once); :meth:`_await_start` waits for it."""
+    def _launch(self, counted: bool = False) -> _Worker:
+        """Create one worker actor now; :meth:`_await_start` waits for it. ``counted``: already counted as
+        starting (a replacement, counted when its predecessor was removed)."""
         handle = self._actor().remote(self.settings.in_one_worker())
         worker = _Worker(handle, handle.start.remote())
-        self._starting.append(worker)
+        if not counted:
+            self._slots.starting(+1)
+        self._starting.add(worker)
         return worker
 
     async def _await_start(self, worker: _Worker) -> None:
@@ -292,14 +366,15 @@ class RayPool(CodeRunner):
         except Exception as exc:
             self._kill(worker)
             raise await self._start_failure(exc) from None
+        else:
+            if self._closing:
+                self._kill(worker)
+            else:
+                self._slots.add(worker)
+                self._spawn(self._watch(worker))
         finally:
-            self._starting.remove(worker)
-        if self._closing:
-            self._kill(worker)
-            return
-        self._workers.append(worker)
-        self._spawn(self._watch(worker))
-        self._dispatch()
+            self._starting.discard(worker)
+            self._slots.starting(-1)
 
     async def _start_failure(self, exc: Exception) -> ConfigurationError:
         cause = getattr(exc, "cause", None)
@@ -328,24 +403,27 @@ class RayPool(CodeRunner):
             self._lose(worker, f"it died: {type(exc).__name__}")
 
     def _lose(self, worker: _Worker, why: str) -> None:
-        """``worker`` is gone or hung: kill it, and start a replacement."""
-        if worker.lost:
-            return
-        worker.lost = True
-        with contextlib.suppress(ValueError):
-            self._workers.remove(worker)
+        """``worker`` is gone or hung (from any thread): kill it, and start a replacement."""
+        replace = not self._closing
+        if not self._slots.remove(worker, replaced=replace):
+            return  # lost already
         self._kill(worker)
-        if self._closing:
+        if not replace:
             return
-        self._counts["lost"] += 1
+        self._count("lost")
         logger.warning("slime-strands sandbox: Ray sandbox worker on %s lost (%s); replacing it", worker, why)
-        self._spawn(self._replace(self._launch()))
+        self._own.submit(self._replace())
 
-    async def _replace(self, worker: _Worker) -> None:
-        """Start ``worker`` (a replacement); while that fails, try again with a backoff."""
+    async def _replace(self) -> None:
+        """Start a replacement (already counted as starting); while that fails, try again with a backoff."""
+        if self._closing:
+            self._slots.starting(-1)
+            return
+        self._spawn_current()  # cancelled if the pool closes
+        counted = True
         for attempt in itertools.count():
             try:
-                await self._await_start(worker)
+                await self._await_start(self._launch(counted=counted))
                 return
             except ConfigurationError as exc:
                 delay = _REPLACE_BACKOFF_S[min(attempt, len(_REPLACE_BACKOFF_S) - 1)]
@@ -355,148 +433,26 @@ class RayPool(CodeRunner):
                     exc,
                     delay,
                 )
-                self._fail_waiters_if_down()
+                counted = False
                 await asyncio.sleep(delay)
-                worker = self._launch()
 
     def _kill(self, worker: _Worker) -> None:
         with contextlib.suppress(Exception):
             _ray().kill(worker.handle, no_restart=True)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coro)
+        self._track(asyncio.ensure_future(coro))
+
+    def _spawn_current(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._track(task)
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # ---- slots ----
-
-    def _least_busy(self) -> _Worker | None:
-        free = [w for w in self._workers if w.busy < self._pool.slots_per_worker]
-        return min(free, key=lambda w: w.busy) if free else None
-
-    def _take(self, worker: _Worker) -> _Worker:
-        worker.busy += 1
-        busy = sum(w.busy for w in self._workers)
-        self._counts["peak_busy"] = max(self._counts["peak_busy"], busy)
-        return worker
-
-    async def _acquire(self) -> _Worker:
-        """A worker with a free slot, first come first served; _Unavailable when none can be had."""
-        if not self._waiters and (worker := self._least_busy()) is not None:
-            return self._take(worker)
-        if self._down():
-            raise _Unavailable(self._down_message())
-        if len(self._waiters) >= self._pool.max_waiting:
-            raise _Unavailable(
-                f"{len(self._waiters)} executions already wait for the Ray sandbox pool "
-                "(sandbox.ray.max_waiting): this one was not run"
-            )
-        waiter: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                self._release(waiter.result())  # handed a slot as we were cancelled: pass it on
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-            raise
-
-    def _release(self, worker: _Worker) -> None:
-        worker.busy -= 1
-        self._dispatch()
-
-    def _dispatch(self) -> None:
-        """Hand free slots to the waiters, in order."""
-        while self._waiters and (worker := self._least_busy()) is not None:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(self._take(worker))
-
-    def _down(self) -> bool:
-        return not self._workers and not self._starting
-
-    def _down_message(self) -> str:
-        if self._closing:
-            return "the Ray sandbox pool was closed"
-        return (
-            "no Ray sandbox worker is alive and the replacements have not started yet (the pool keeps trying): "
-            "this code was not run"
-        )
-
-    def _fail_waiters_if_down(self) -> None:
-        if not self._down():
-            return
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(_Unavailable(self._down_message()))
-
-    # ---- runs ----
-
-    async def _run(self, code: str) -> ExecutionResult:
-        await self._start()  # the first sample's preflight did it; a library caller gets the error here
-        self._active += 1
-        try:
-            try:
-                return await self._attempt(code)
-            except _Lost as first:
-                if self._closing:
-                    return self._error("the Ray sandbox pool was closed while this code ran")
-                self._counts["retried"] += 1
-                try:
-                    return await self._attempt(code)  # once more, on another worker
-                except _Lost as second:
-                    self._counts["failed"] += 1
-                    return self._error(
-                        f"the Ray sandbox worker running this code was lost twice ({first}; then {second}): "
-                        "its output is unknown"
-                    )
-        except _Unavailable as exc:
-            return self._error(str(exc))
-        finally:
-            self._active -= 1
-            if self._retired and not self._active:
-                self._spawn(self._close_and_stop())
-
-    async def _attempt(self, code: str) -> ExecutionResult:
-        """One run on one worker; _Lost when that worker died or stopped answering (it is replaced)."""
-        worker = await self._acquire()
-        ref = None
-        patience = self.settings.timeout_s + ATTEMPT_MARGIN_S
-        try:
-            ref = worker.handle.run.remote(code)
-            result: ExecutionResult = await within(ref, patience)
-            return result
-        except asyncio.CancelledError:
-            if ref is not None:  # the worker's task is cancelled: its sandbox kills the run
-                with contextlib.suppress(Exception):
-                    _ray().cancel(ref)
-            raise
-        except asyncio.TimeoutError:
-            why = f"no reply within {patience:g} s"
-            self._lose(worker, why)
-            raise _Lost(f"{worker}: {why}") from None
-        except Exception as exc:
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, SandboxIsolationError):
-                raise SandboxIsolationError(str(cause)) from None
-            if not _worker_gone(exc):
-                return self._error(f"the Ray sandbox worker on {worker} failed: {type(exc).__name__}: {exc}")
-            self._lose(worker, type(exc).__name__)
-            raise _Lost(f"{worker}: {type(exc).__name__}") from None
-        finally:
-            self._release(worker)
-
-    def _error(self, message: str) -> ExecutionResult:
-        return ExecutionResult("", "", None, backend=self._started or "", error=message)
-
-    # ---- closing ----
-
-    def _retire(self) -> None:
-        self._retired = True
-        if not self._active:
-            self._spawn(self._close_and_stop())
+    # ---- closing: on the pool's loop ----
 
     async def _close_and_stop(self) -> None:
         await self._close()
@@ -504,27 +460,23 @@ class RayPool(CodeRunner):
 
     async def _close(self) -> None:
         """Stop every worker (each closes its sandbox first) and fail whatever waits."""
-        if self._closing:
-            return
-        self._closing = True
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(_Unavailable("the Ray sandbox pool was closed"))
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        workers = self._slots.close("the Ray sandbox pool was closed")
         current = asyncio.current_task()
         tasks = [t for t in self._tasks if t is not current]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        workers, self._workers = self._workers, []
-        for worker in self._starting:
+        for worker in list(self._starting):
             self._kill(worker)
         await asyncio.gather(*(self._stop_worker(w) for w in workers), return_exceptions=True)
 
     async def _stop_worker(self, worker: _Worker) -> None:
         with contextlib.suppress(Exception):
             await within(worker.handle.close.remote(), _CLOSE_GRACE_S)
-        worker.lost = True
         self._kill(worker)
 
 

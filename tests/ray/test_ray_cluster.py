@@ -78,7 +78,7 @@ async def test_workers_spread_over_the_nodes_and_a_node_lost_mid_batch_loses_no_
             )
         )
         await gate.wait_started(4)  # both workers full, two episodes waiting
-        state = await pool.state()
+        state = pool.state()
         assert {w.node_id for w in state.workers} == {n.node_id for n in nodes}  # one worker per node
         lost = state.workers[0]
         below = descendants(lost.pid) | {lost.pid}
@@ -93,12 +93,12 @@ async def test_workers_spread_over_the_nodes_and_a_node_lost_mid_batch_loses_no_
         assert out.status == Sample.Status.COMPLETED, out.metadata
         assert f"<tool_response>\ndone {i}\n</tool_response>" in out.response
         assert record(out).tool_errors == 0
-    state = await pool.state()
+    state = pool.state()
     assert state.retried == 2 and state.failed == 0 and state.lost_workers == 1
     assert all(w.node_id != lost.node_id for w in state.workers)
     await wait_until(lambda: not any(alive(p) for p in below), "the lost node's sandbox processes ending")
 
 
-async def _replaced(pool, lost_node: str) -> bool:
-    state = await pool.state()
+def _replaced(pool, lost_node: str) -> bool:
+    state = pool.state()
     return len(state.workers) == 2 and all(w.node_id != lost_node for w in state.workers)

@@ -78,7 +78,7 @@ async def test_deterministic_episodes_are_token_identical_local_and_on_ray(serve
     assert (
         "[timeout: killed after 2.0 s]" in on_ray[2].response and "{7: 1, 11: 1, 13: 1}" in on_ray[0].response
     )
-    state = await pool_for(PluginSettings.from_mapping(sandbox_strands(**_ray_sandbox())).sandbox).state()
+    state = pool_for(PluginSettings.from_mapping(sandbox_strands(**_ray_sandbox())).sandbox).state()
     assert len(state.workers) == 2 and state.peak_busy >= 1  # the ray batch really ran on the pool
 
 
@@ -100,7 +100,7 @@ async def test_every_sample_ends_well_when_a_worker_is_killed_mid_batch(server):
             )
         )
         await gate.wait_started(4)  # both workers full, two episodes waiting for a slot
-        state = await pool.state()
+        state = pool.state()
         victim = state.workers[0].pid
         below = descendants(victim)
         os.kill(victim, signal.SIGKILL)
@@ -114,11 +114,11 @@ async def test_every_sample_ends_well_when_a_worker_is_killed_mid_batch(server):
         assert out.status == Sample.Status.COMPLETED, out.metadata
         assert f"<tool_response>\ndone {i}\n</tool_response>" in out.response
         assert record(out).tool_errors == 0
-    state = await pool.state()
+    state = pool.state()
     assert state.retried == 2 and state.failed == 0 and state.lost_workers == 1
     await wait_until(lambda: not any(alive(p) for p in below), "the killed worker's sandbox processes ending")
 
 
-async def _two_workers_without(pool, pid: int) -> bool:
-    state = await pool.state()
+def _two_workers_without(pool, pid: int) -> bool:
+    state = pool.state()
     return len(state.workers) == 2 and pid not in {w.pid for w in state.workers}

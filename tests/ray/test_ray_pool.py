@@ -53,7 +53,7 @@ def _same_but_time(a, b) -> None:
 
 async def _closed(pool: RayPool) -> None:
     """Close ``pool`` and see every worker process, and everything below it, gone."""
-    state = await pool.state()
+    state = pool.state()
     processes = {w.pid for w in state.workers}
     for pid in list(processes):
         processes |= descendants(pid)
@@ -119,14 +119,14 @@ async def test_a_full_pool_queues_with_a_bound(gate):
         gate.open()
         results = await asyncio.gather(*held)
         assert [r.stdout for r in results] == [f"done {i}\n" for i in range(5)]
-        state = await pool.state()
+        state = pool.state()
         assert state.peak_busy == 2 and state.waiting == 0 and state.busy == 0
     finally:
         await _closed(pool)
 
 
-async def _waiting(pool: RayPool, count: int) -> bool:
-    return (await pool.state()).waiting == count
+def _waiting(pool: RayPool, count: int) -> bool:
+    return pool.state().waiting == count
 
 
 async def test_a_worker_killed_mid_run_reruns_once_elsewhere_and_is_replaced(gate):
@@ -136,7 +136,7 @@ async def test_a_worker_killed_mid_run_reruns_once_elsewhere_and_is_replaced(gat
     pool = RayPool(settings)
     try:
         await pool.start()
-        before = await pool.state()
+        before = pool.state()
         runs = [asyncio.create_task(pool.run(gate.code(str(i)))) for i in range(4)]
         await gate.wait_started(4)  # two on each worker, all held
         victim = before.workers[0].pid
@@ -149,7 +149,7 @@ async def test_a_worker_killed_mid_run_reruns_once_elsewhere_and_is_replaced(gat
         results = await asyncio.gather(*runs)
         assert sorted(r.stdout for r in results) == [f"done {i}\n" for i in range(4)]
         assert all(r.ok for r in results)
-        state = await pool.state()
+        state = pool.state()
         assert (state.retried, state.lost_workers, state.failed) == (2, 1, 0)
         await wait_until(
             lambda: not any(alive(p) for p in below), "the killed worker's sandbox processes ending"
@@ -158,8 +158,8 @@ async def test_a_worker_killed_mid_run_reruns_once_elsewhere_and_is_replaced(gat
         await _closed(pool)
 
 
-async def _replaced(pool: RayPool, lost_pid: int) -> bool:
-    state = await pool.state()
+def _replaced(pool: RayPool, lost_pid: int) -> bool:
+    state = pool.state()
     return len(state.workers) == 2 and lost_pid not in {w.pid for w in state.workers}
 
 
@@ -173,7 +173,7 @@ async def test_a_run_whose_worker_is_lost_twice_is_a_clear_tool_error(gate):
         run = asyncio.create_task(pool.run(gate.code("x")))
         for attempt in (1, 2):
             await gate.wait_started(attempt)
-            state = await pool.state()
+            state = pool.state()
             busy = [w.pid for w in state.workers if w.pid in _runner_pids(gate, state)]
             assert len(busy) == 1
             os.kill(busy[0], signal.SIGKILL)
@@ -183,7 +183,7 @@ async def test_a_run_whose_worker_is_lost_twice_is_a_clear_tool_error(gate):
             "[sandbox error: the Ray sandbox worker running this code was lost twice"
             in result.to_model_text()
         )
-        state = await pool.state()
+        state = pool.state()
         assert (state.retried, state.failed) == (1, 1)
         await wait_until(lambda: _replaced_all(pool, 2), "both lost workers replaced")
         assert (await pool.run("print('after')")).stdout == "after\n"
@@ -197,8 +197,8 @@ def _runner_pids(gate: Gate, state) -> set[int]:
     return {w.pid for w in state.workers if descendants(w.pid) & runs}
 
 
-async def _replaced_all(pool: RayPool, count: int) -> bool:
-    state = await pool.state()
+def _replaced_all(pool: RayPool, count: int) -> bool:
+    state = pool.state()
     return len(state.workers) == 2 and state.lost_workers == count
 
 
@@ -215,14 +215,14 @@ async def test_a_hung_worker_is_lost_after_the_timeout_and_its_margin(gate, monk
         await pool.start()
         run = asyncio.create_task(pool.run(gate.code("h")))
         await gate.wait_started(1)
-        (frozen,) = _runner_pids(gate, await pool.state())
+        (frozen,) = _runner_pids(gate, pool.state())
         os.kill(frozen, signal.SIGSTOP)
         await gate.wait_started(2)  # started again on the other worker once the first was declared lost
         gate.open()
         result = await run
         assert result.stdout == "done h\n" and result.ok
         await wait_until(lambda: not alive(frozen), "the hung worker killed")
-        assert (await pool.state()).lost_workers == 1
+        assert pool.state().lost_workers == 1
     finally:
         if frozen is not None and alive(frozen):
             os.kill(frozen, signal.SIGCONT)
@@ -243,7 +243,7 @@ async def test_a_cancelled_run_is_killed_and_frees_its_slot(gate):
             await run
         await wait_until(lambda: not alive(pid), "the cancelled run killed")
         assert (await pool.run("print('next')")).stdout == "next\n"
-        assert (await pool.state()).busy == 0
+        assert pool.state().busy == 0
     finally:
         await _closed(pool)
 
