@@ -89,10 +89,6 @@ def camel(snippet: str, runs: int) -> float:
     return runs / (time.perf_counter() - started)
 
 
-SLEEP = "import time\ntime.sleep(0.1)\nprint('ok')"
-SLEEP_S = 0.1
-
-
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -115,54 +111,60 @@ async def latencies(run, code: str, runs: int, concurrency: int) -> list[float]:
 
 
 async def ray_hop(runs: int, settings: SandboxSettings) -> None:
-    """p50 / p99 per execution, local sandbox against the pool, same snippet and concurrency."""
-    print(f"\nThe Ray hop: ms per execution of `print(1)`, {runs} runs (p50 / p99)")
+    """p50 / p99 per execution, local sandbox against the pool, same snippet and concurrency: measured in
+    alternating chunks, so that both see the same load on a shared machine."""
+    print(f"\nThe Ray hop: ms per execution of `print(1)`, {runs} runs each, alternating chunks (p50 / p99)")
     print(f"{'concurrency':<13}{'local p50':>10}{'local p99':>10}{'ray p50':>9}{'ray p99':>9}{'hop p50':>9}")
     for concurrency in (1, 4):
         local = Sandbox(dataclasses.replace(settings, concurrency=concurrency))
         pool = RayPool(dataclasses.replace(settings, **_pool(1, concurrency)))
+        found: dict[str, list[float]] = {"local": [], "ray": []}
         try:
             await pool.start()
-            figures = []
             for runner in (local, pool):
-                await latencies(runner.run, "print(1)", 2 * concurrency, concurrency)  # warm
-                found = await latencies(runner.run, "print(1)", runs, concurrency)
-                figures += [_quantile(found, 0.5), _quantile(found, 0.99)]
+                await latencies(runner.run, "print(1)", 4 * concurrency, concurrency)  # warm
+            chunk = 10 * concurrency
+            for index in range(max(runs // chunk, 1)):
+                pair = [("local", local), ("ray", pool)]
+                for name, runner in pair if index % 2 == 0 else pair[::-1]:
+                    found[name] += await latencies(runner.run, "print(1)", chunk, concurrency)
         finally:
             await local.aclose()
             await pool.aclose()
-        hop = figures[2] - figures[0]
-        print(
-            f"{concurrency:<13}"
-            + "".join(f"{f:>{w}.2f}" for f, w in zip(figures, (10, 10, 9, 9), strict=True))
-            + f"{hop:>9.2f}"
-        )
+        figures = [_quantile(found[name], q) for name in ("local", "ray") for q in (0.5, 0.99)]
+        cells = "".join(f"{f:>{w}.2f}" for f, w in zip(figures, (10, 10, 9, 9), strict=True))
+        print(f"{concurrency:<13}{cells}{figures[2] - figures[0]:>9.2f}")
 
 
 def _pool(workers: int, slots: int) -> dict:
     return {"placement": "ray", "ray": RayPoolSettings(workers=workers, slots_per_worker=slots)}
 
 
-async def ray_scaling(sizes: list[int], slots: int, rounds: int, settings: SandboxSettings) -> None:
-    """Executions/second of ``time.sleep(0.1)`` against the pool's size, every slot kept busy."""
+async def ray_scaling(sizes: list[int], opts: argparse.Namespace, settings: SandboxSettings) -> None:
+    """Executions/second of ``time.sleep(sleep)`` against the pool's size, every slot kept busy (the best of
+    ``repeats`` measurements: load from elsewhere only ever slows a run down)."""
+    slots, sleep = opts.slots, opts.sleep
+    code = f"import time\ntime.sleep({sleep})\nprint('ok')"
     print(
-        f"\nThroughput of latency-bound code (time.sleep(0.1)) against the pool's size, {slots} slots per worker"
+        f"\nThroughput of latency-bound code (time.sleep({sleep:g})) against the pool's size, {slots} slots per worker"
     )
     print(f"{'workers':<9}{'slots':>6}{'exec/s':>9}{'ideal':>8}{'of ideal':>10}{'start s':>9}")
     for workers in sizes:
         pool = RayPool(dataclasses.replace(settings, **_pool(workers, slots)))
+        total = workers * slots
         try:
             started = time.perf_counter()
             await pool.start()
             start_s = time.perf_counter() - started
-            total = workers * slots
-            await latencies(pool.run, SLEEP, total, total)  # warm every worker
-            started = time.perf_counter()
-            await latencies(pool.run, SLEEP, total * rounds, total)
-            rate = total * rounds / (time.perf_counter() - started)
+            await latencies(pool.run, code, total, total)  # warm every worker
+            rates = []
+            for _ in range(opts.repeats):
+                started = time.perf_counter()
+                await latencies(pool.run, code, total * opts.rounds, total)
+                rates.append(total * opts.rounds / (time.perf_counter() - started))
         finally:
             await pool.aclose()
-        ideal = total / SLEEP_S
+        rate, ideal = max(rates), total / sleep
         print(f"{workers:<9}{total:>6}{rate:>9.1f}{ideal:>8.0f}{rate / ideal:>9.0%}{start_s:>9.1f}")
 
 
@@ -211,12 +213,14 @@ async def ray_benchmarks(opts: argparse.Namespace) -> None:
     ray_dir = tempfile.mkdtemp(prefix="ssr-bench-", dir="/tmp")  # a Ray of our own: never another one here
     os.environ["RAY_TMPDIR"] = ray_dir
     ray.init(address="local", num_cpus=max(sizes) + 1, include_dashboard=False, log_to_driver=False)
-    print(f"\nRay {ray.__version__}, local, {os.cpu_count()} cores ({max(sizes) + 1} logical CPUs for Ray)")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nRay {ray.__version__}, local, {os.cpu_count()} cores, load average {load} at the start")
     try:
         settings = SandboxSettings(timeout_s=60)
         await ray_hop(opts.hop_runs, settings)
-        await ray_scaling(sizes, opts.slots, opts.rounds, settings)
+        await ray_scaling(sizes, opts, settings)
         await worker_cost(settings)
+        print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
     finally:
         ray.shutdown()
         shutil.rmtree(ray_dir, ignore_errors=True)
@@ -234,6 +238,10 @@ async def main() -> None:
     parser.add_argument("--pool-sizes", default="1,2,4,8", help="pool sizes (workers) for the throughput")
     parser.add_argument("--slots", type=int, default=4, help="slots per worker for the throughput")
     parser.add_argument("--rounds", type=int, default=5, help="times each slot runs the sleep, measured")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="measurements per pool size (the best is shown)"
+    )
+    parser.add_argument("--sleep", type=float, default=0.1, help="seconds each latency-bound run sleeps")
     opts = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     if not opts.ray_only:
