@@ -14,7 +14,7 @@ sandbox's concurrency), and prints executions/second with the ratio to camel.
 With ``--ray`` (or ``--ray-only``), on a local Ray it starts (never another one on this machine), the Ray pool
 (``sandbox.placement: ray``) against the local sandbox: the hop's cost per execution (p50 / p99 latency of the
 same snippet at the same concurrency, local and through the pool), then executions/second of latency-bound
-code (``time.sleep(0.1)``) against the pool's size, next to the ideal (every slot busy all the time), and what
+code (``time.sleep(0.1)``; ``--sleep 0.1,1`` adds longer sleeps) against the pool's size, next to the ideal (every slot busy all the time), and what
 a worker costs (start time, resident memory of the actor and of its sandbox interpreter).
 """
 
@@ -136,14 +136,84 @@ async def ray_hop(runs: int, settings: SandboxSettings) -> None:
         print(f"{concurrency:<13}{cells}{figures[2] - figures[0]:>9.2f}")
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _tree(pids: set[int]) -> set[int]:
+    """``pids`` and every process below them."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(_stat(int(entry.name))[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = set(pids), set(pids)
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _cpu_s(pids: set[int]) -> float:
+    """CPU seconds of these processes and of their children they reaped (runs end reaped by the sandbox)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = _stat(pid)
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _ray_daemons(ray_dir: str) -> set[int]:
+    """Ray's own processes of this benchmark's Ray (their command lines name its directory)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if ray_dir.encode() in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def cpu_per_run(runs: int, settings: SandboxSettings, ray_dir: str) -> None:
+    """CPU milliseconds per execution of every process involved: a figure the machine's load does not move."""
+    print(f"\nCPU per execution of `print(1)` ({runs} runs, 4 at a time), every process involved")
+    local = Sandbox(dataclasses.replace(settings, concurrency=4))
+    pool = RayPool(dataclasses.replace(settings, **_pool(1, 4)))
+    try:
+        await pool.start()
+        for name, runner in (("local", local), ("ray", pool)):
+            await latencies(runner.run, "print(1)", 8, 4)  # warm
+            if name == "local":
+                assert local._interp is not None
+                pids = {os.getpid(), local._interp.proc.pid}
+            else:
+                pids = {os.getpid(), *(w.pid for w in pool.state().workers), *_ray_daemons(ray_dir)}
+            before = _cpu_s(_tree(pids))
+            await latencies(runner.run, "print(1)", runs, 4)
+            spent = (_cpu_s(_tree(pids)) - before) * 1000 / runs
+            print(f"{name:<8}{spent:>7.2f} ms")
+    finally:
+        await local.aclose()
+        await pool.aclose()
+
+
 def _pool(workers: int, slots: int) -> dict:
     return {"placement": "ray", "ray": RayPoolSettings(workers=workers, slots_per_worker=slots)}
 
 
-async def ray_scaling(sizes: list[int], opts: argparse.Namespace, settings: SandboxSettings) -> None:
+async def ray_scaling(
+    sizes: list[int], sleep: float, opts: argparse.Namespace, settings: SandboxSettings
+) -> None:
     """Executions/second of ``time.sleep(sleep)`` against the pool's size, every slot kept busy (the best of
     ``repeats`` measurements: load from elsewhere only ever slows a run down)."""
-    slots, sleep = opts.slots, opts.sleep
+    slots = opts.slots
     code = f"import time\ntime.sleep({sleep})\nprint('ok')"
     print(
         f"\nThroughput of latency-bound code (time.sleep({sleep:g})) against the pool's size, {slots} slots per worker"
@@ -218,7 +288,9 @@ async def ray_benchmarks(opts: argparse.Namespace) -> None:
     try:
         settings = SandboxSettings(timeout_s=60)
         await ray_hop(opts.hop_runs, settings)
-        await ray_scaling(sizes, opts, settings)
+        await cpu_per_run(opts.hop_runs, settings, ray_dir)
+        for sleep in (float(x) for x in opts.sleep.split(",")):
+            await ray_scaling(sizes, sleep, opts, settings)
         await worker_cost(settings)
         print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
     finally:
@@ -241,7 +313,9 @@ async def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=3, help="measurements per pool size (the best is shown)"
     )
-    parser.add_argument("--sleep", type=float, default=0.1, help="seconds each latency-bound run sleeps")
+    parser.add_argument(
+        "--sleep", default="0.1", help="seconds each latency-bound run sleeps (a list: 0.1,1)"
+    )
     opts = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     if not opts.ray_only:
