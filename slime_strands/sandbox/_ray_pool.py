@@ -403,8 +403,9 @@ class RayPool(CodeRunner):
             self._lose(worker, f"it died: {type(exc).__name__}")
 
     def _lose(self, worker: _Worker, why: str) -> None:
-        """``worker`` is gone or hung (from any thread): kill it, and start a replacement."""
-        replace = not self._closing
+        """``worker`` is gone or hung (from any thread): kill it, and start a replacement (once the pool has
+        started: a worker lost during the first start fails it)."""
+        replace = not self._closing and self._started is not None
         if not self._slots.remove(worker, replaced=replace):
             return  # lost already
         self._kill(worker)

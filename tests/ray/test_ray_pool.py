@@ -12,11 +12,11 @@ import os
 import signal
 
 import pytest
-from ray_kit import Gate, alive, descendants, local_ray, pool_settings, wait_until
+from ray_kit import Gate, alive, close_pools, descendants, local_ray, pool_for, pool_settings, wait_until
 from sandbox_isolation import namespaces_refused
 
 from slime_strands.errors import ConfigurationError
-from slime_strands.sandbox import RayPool, SandboxPoolError, _ray_pool, run_python
+from slime_strands.sandbox import RayPool, SandboxPoolError, _ray_pool, configure_sandbox, run_python
 from slime_strands.settings import SandboxSettings
 
 pytestmark = pytest.mark.timeout(300)
@@ -286,3 +286,23 @@ async def test_workers_that_cannot_be_placed_are_a_configuration_error_at_the_st
     finally:
         await pool.aclose()
         ray.kill(hog)
+
+
+async def test_new_settings_retire_the_pool_and_leave_nothing_behind():
+    """configure_sandbox (what the plugin does per configuration) stops the old pool once its runs are done:
+    its workers, their sandbox interpreters and the pool's thread end."""
+    settings = SandboxSettings(prewarm=False, **pool_settings(workers=2, slots_per_worker=1))
+    try:
+        configure_sandbox(settings)
+        assert (await run_python("print('pooled')")).stdout == "pooled\n"
+        pool = pool_for(settings)
+        processes = {w.pid for w in pool.state().workers}
+        assert len(processes) == 2
+        for pid in list(processes):
+            processes |= descendants(pid)
+        configure_sandbox(SandboxSettings(prewarm=False))
+        await wait_until(lambda: not any(alive(p) for p in processes), "the retired pool's processes ending")
+        await wait_until(lambda: not pool._own._thread.is_alive(), "the retired pool's thread ending")
+        assert (await run_python("print('local again')")).stdout == "local again\n"
+    finally:
+        await close_pools()
