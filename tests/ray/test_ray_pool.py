@@ -306,3 +306,39 @@ async def test_new_settings_retire_the_pool_and_leave_nothing_behind():
         assert (await run_python("print('local again')")).stdout == "local again\n"
     finally:
         await close_pools()
+
+
+async def test_inside_a_ray_actor_the_pool_uses_its_cluster_and_dies_with_it():
+    """As in slime, where generate() runs in the RolloutManager actor: Ray is initialised there, the pool's
+    workers are that actor's, and they end when it does."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class RolloutManagerLike:
+        def generate(self, code: str) -> tuple[str, list[int]]:
+            from slime_strands.sandbox import _placements, ensure_isolation, run_python
+            from slime_strands.settings import RayPoolSettings  # only what the workers can import
+
+            settings = SandboxSettings(
+                prewarm=False, placement="ray", ray=RayPoolSettings(workers=2, slots_per_worker=1)
+            )
+
+            async def main() -> tuple[str, list[int]]:
+                await ensure_isolation(settings)  # the plugin's first-sample preflight
+                result = await run_python(code, settings)
+                return result.stdout, [w.pid for w in _placements.runner(settings).state().workers]
+
+            return asyncio.run(main())
+
+    manager = RolloutManagerLike.remote()
+    stdout, workers = await manager.generate.remote("print('in the actor')")
+    assert stdout == "in the actor\n" and len(workers) == 2 and all(alive(p) for p in workers)
+    again, same = await manager.generate.remote("print('again')")  # a later sample: the same pool
+    assert again == "again\n" and same == workers
+    processes = set(workers)
+    for pid in workers:
+        processes |= descendants(pid)
+    ray.kill(manager)
+    await wait_until(
+        lambda: not any(alive(p) for p in processes), "the pool's processes ending with its owner"
+    )
