@@ -218,7 +218,8 @@ async def ray_scaling(
     print(
         f"\nThroughput of latency-bound code (time.sleep({sleep:g})) against the pool's size, {slots} slots per worker"
     )
-    print(f"{'workers':<9}{'slots':>6}{'exec/s':>9}{'ideal':>8}{'of ideal':>10}{'start s':>9}")
+    print(f"{'workers':<9}{'slots':>6}{'exec/s':>9}{'ideal':>8}{'of ideal':>10}{'x first':>9}{'start s':>9}")
+    first = None
     for workers in sizes:
         pool = RayPool(dataclasses.replace(settings, **_pool(workers, slots)))
         total = workers * slots
@@ -235,7 +236,11 @@ async def ray_scaling(
         finally:
             await pool.aclose()
         rate, ideal = max(rates), total / sleep
-        print(f"{workers:<9}{total:>6}{rate:>9.1f}{ideal:>8.0f}{rate / ideal:>9.0%}{start_s:>9.1f}")
+        first = first or rate
+        print(
+            f"{workers:<9}{total:>6}{rate:>9.1f}{ideal:>8.0f}{rate / ideal:>9.0%}{rate / first:>8.2f}x"
+            f"{start_s:>9.1f}"
+        )
 
 
 def _rss_mib(pid: int) -> float:
