@@ -29,8 +29,9 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from slime_strands.sandbox import RayPool, Sandbox, SandboxIsolationError
+from slime_strands.sandbox import ExecutionResult, RayPool, Sandbox, SandboxIsolationError
 from slime_strands.sandbox._backends import BACKENDS, command
 from slime_strands.settings import RayPoolSettings, SandboxSettings
 
@@ -182,26 +183,37 @@ def _ray_daemons(ray_dir: str) -> set[int]:
 
 
 async def cpu_per_run(runs: int, settings: SandboxSettings, ray_dir: str) -> None:
-    """CPU milliseconds per execution of every process involved: a figure the machine's load does not move."""
+    """CPU milliseconds per execution of every process involved: a figure the machine's load moves less than
+    latency. ``ray call`` is a call of the worker that runs nothing (Ray's own share of the hop)."""
     print(f"\nCPU per execution of `print(1)` ({runs} runs, 4 at a time), every process involved")
     local = Sandbox(dataclasses.replace(settings, concurrency=4))
     pool = RayPool(dataclasses.replace(settings, **_pool(1, 4)))
     try:
         await pool.start()
-        for name, runner in (("local", local), ("ray", pool)):
-            await latencies(runner.run, "print(1)", 8, 4)  # warm
-            if name == "local":
-                assert local._interp is not None
-                pids = {os.getpid(), local._interp.proc.pid}
-            else:
-                pids = {os.getpid(), *(w.pid for w in pool.state().workers), *_ray_daemons(ray_dir)}
+        (worker,) = pool._slots.workers()
+        ray_pids = {os.getpid(), *(w.pid for w in pool.state().workers), *_ray_daemons(ray_dir)}
+        await local.run("print(1)")
+        assert local._interp is not None
+        cases = [
+            ("local", local.run, {os.getpid(), local._interp.proc.pid}),
+            ("ray", pool.run, ray_pids),
+            ("ray call", lambda _code: _noop(worker.handle), ray_pids),
+        ]
+        for name, run, pids in cases:
+            await latencies(run, "print(1)", 8, 4)  # warm
             before = _cpu_s(_tree(pids))
-            await latencies(runner.run, "print(1)", runs, 4)
+            await latencies(run, "print(1)", runs, 4)
             spent = (_cpu_s(_tree(pids)) - before) * 1000 / runs
-            print(f"{name:<8}{spent:>7.2f} ms")
+            print(f"{name:<9}{spent:>7.2f} ms")
     finally:
         await local.aclose()
         await pool.aclose()
+
+
+async def _noop(handle: Any) -> ExecutionResult:
+    """A call of the worker that runs no code (its ``start``, done already, answers at once)."""
+    await handle.start.remote()
+    return ExecutionResult("", "", 0)
 
 
 def _pool(workers: int, slots: int) -> dict:
