@@ -46,8 +46,11 @@ __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
     "DEFAULT_SYSTEM_PROMPT",
     "DEFAULT_TOOL_ROUNDS_PER_INVOCATION",
+    "SANDBOX_BACKENDS",
+    "SANDBOX_PLACEMENTS",
     "CompactionSettings",
     "PluginSettings",
+    "RayPoolSettings",
     "RewardSettings",
     "SandboxSettings",
     "SettingsError",
@@ -78,13 +81,55 @@ DEFAULT_TOOL_ROUNDS_PER_INVOCATION = 16
 invocation's own overhead is paid once per 16 rounds (``slime_strands.agent.pacing``)."""
 
 
+SANDBOX_BACKENDS = ("auto", "bwrap", "unshare", "limits", "camel")
+"""Values of ``SandboxSettings.backend``: how a snippet is isolated (``slime_strands.sandbox`` holds an object per
+value)."""
+SANDBOX_PLACEMENTS = ("local", "ray")
+"""Values of ``SandboxSettings.placement``: where snippets run (``slime_strands.sandbox`` holds an object per
+value)."""
+
+
 class SettingsError(ConfigurationError):
     """A settings file or mapping is invalid (unknown key, wrong type, out-of-range value)."""
 
 
 @dataclass(frozen=True)
+class RayPoolSettings:
+    """The pool of Ray actors ("sandbox workers") that runs model-written code with ``sandbox.placement: ray``.
+
+    Each worker hosts the same sandbox as a local run (the same backend and limits; isolation is checked on the
+    worker's node when it starts) and runs ``slots_per_worker`` snippets at once; workers are spread over the
+    cluster's nodes."""
+
+    workers: int = 2
+    """Sandbox workers (Ray actors) in the pool."""
+    slots_per_worker: int = 4
+    """Snippets one worker runs at once (its sandbox's concurrency). The pool runs ``workers`` x
+    ``slots_per_worker`` at once; more wait for a free slot."""
+    cpus_per_worker: float = 1.0
+    """Ray CPUs each worker reserves (fractions allowed). CPU-bound code wants about one per slot."""
+    custom_resource: str | None = None
+    """A custom Ray resource each worker needs one unit of, to pin workers to the nodes that advertise it
+    (``ray start --resources '{"sandbox": 8}'``: at most 8 workers there); null: any node with free CPUs."""
+    max_waiting: int = 10_000
+    """Executions that may wait for a free slot; one more gets a tool error at once (memory stays bounded)."""
+    start_timeout_s: float = 120.0
+    """How long the pool waits for its workers to start (placed, imported, sandbox warm) before the first
+    sample stops with a configuration error; a replacement that takes longer is tried again later."""
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "slots_per_worker", "max_waiting", "start_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"sandbox.ray.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.cpus_per_worker < 0:
+            raise SettingsError(f"sandbox.ray.cpus_per_worker must be >= 0, got {self.cpus_per_worker!r}")
+        if self.custom_resource is not None and not self.custom_resource.strip():
+            raise SettingsError("sandbox.ray.custom_resource must be a resource name or null")
+
+
+@dataclass(frozen=True)
 class SandboxSettings:
-    """Limits and backend of the Python sandbox that runs model-written code."""
+    """Limits, backend and placement of the Python sandbox that runs model-written code."""
 
     backend: str = "auto"
     """``auto``: namespace isolation by bubblewrap, else ``unshare``; where neither works, runs raise
@@ -93,6 +138,11 @@ class SandboxSettings:
     isolation (rlimits, a scrubbed environment and, as root, a separate uid only; the code can read
     world-readable host files and use the network), only when set here; it warns at every start.
     ``camel``: camel-ai's UNISOLATED SubprocessInterpreter (parity with slime's example only)."""
+    placement: str = "local"
+    """Where snippets run: ``local``, in this process's sandbox; ``ray``, on a pool of Ray actors spread over
+    the cluster (``ray`` below), each hosting the same sandbox (``backend`` and every limit here)."""
+    ray: RayPoolSettings = field(default_factory=RayPoolSettings)
+    """The pool of ``placement: ray``; only valid with it."""
     timeout_s: float = 10.0
     """Wall-clock limit per execution; the whole process tree is killed when it expires."""
     cpu_seconds: int = 10
@@ -114,8 +164,9 @@ class SandboxSettings:
     max_output_chars: int = 8000
     """Characters of stdout+stderr shown to the model (head + tail with a marker when longer)."""
     concurrency: int | None = None
-    """Executions running at once per event loop (a rollout process has one); ``None`` means the number of
-    CPUs."""
+    """Executions running at once per event loop (a rollout process has one) with ``placement: local``;
+    ``None`` means the number of CPUs. With ``placement: ray`` the pool bounds them (``ray.workers`` x
+    ``ray.slots_per_worker``) and this must stay null."""
     prewarm: bool = True
     """Import ``preload_modules`` once in the interpreter every run is forked from (runs skip that import
     time); ``false``: each run imports what it uses."""
@@ -123,10 +174,11 @@ class SandboxSettings:
     """Modules imported once in the warm interpreter so runs do not pay their import time."""
 
     def __post_init__(self) -> None:
-        if self.backend not in ("auto", "bwrap", "unshare", "limits", "camel"):
+        if self.backend not in SANDBOX_BACKENDS:
             raise SettingsError(
-                f"sandbox.backend: unknown backend {self.backend!r} (auto, bwrap, unshare, limits or camel)"
+                f"sandbox.backend: unknown backend {self.backend!r} ({', '.join(SANDBOX_BACKENDS)})"
             )
+        self._check_placement()
         for name in (
             "timeout_s",
             "cpu_seconds",
@@ -141,10 +193,41 @@ class SandboxSettings:
         if self.concurrency is not None and self.concurrency <= 0:
             raise SettingsError(f"sandbox.concurrency must be > 0 or null, got {self.concurrency!r}")
 
+    def _check_placement(self) -> None:
+        if self.placement not in SANDBOX_PLACEMENTS:
+            raise SettingsError(
+                f"sandbox.placement: unknown placement {self.placement!r} ({', '.join(SANDBOX_PLACEMENTS)})"
+            )
+        if self.placement == "ray":
+            if self.concurrency is not None:
+                raise SettingsError(
+                    "sandbox.concurrency bounds local runs; with sandbox.placement: ray the pool bounds them: set "
+                    "sandbox.ray.workers and sandbox.ray.slots_per_worker instead"
+                )
+            return
+        default = RayPoolSettings()
+        changed = [
+            f.name
+            for f in dataclasses.fields(default)
+            if getattr(self.ray, f.name) != getattr(default, f.name)
+        ]
+        if changed:
+            raise SettingsError(
+                f"sandbox.ray.{changed[0]} is set but sandbox.placement is {self.placement!r}: set "
+                "sandbox.placement: ray, or remove the sandbox.ray section"
+            )
+
     @property
     def effective_concurrency(self) -> int:
-        """``concurrency``, or the number of CPUs when it is None."""
+        """``concurrency``, or the number of CPUs when it is None (a local sandbox's bound)."""
         return self.concurrency or os.cpu_count() or 1
+
+    def in_one_worker(self) -> SandboxSettings:
+        """The settings of the sandbox one Ray sandbox worker hosts: this backend and every limit, run where
+        the worker is, ``ray.slots_per_worker`` at once."""
+        return dataclasses.replace(
+            self, placement="local", ray=RayPoolSettings(), concurrency=self.ray.slots_per_worker
+        )
 
 
 @dataclass(frozen=True)

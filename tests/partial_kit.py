@@ -220,16 +220,20 @@ reward's LaTeX parser): where they are not installed, empty placeholders let sli
 def real_slime() -> Iterator[types.ModuleType | None]:
     """slime's real ``slime.rollout.sglang_rollout`` (the source ``slime_source()`` finds), or None where slime's
     source is not at hand. On exit slime's modules (and the placeholders) leave ``sys.modules`` again, with its
-    singletons (GenerateState, the HTTP client): other tests see no slime, and the next test a fresh one."""
+    singletons (GenerateState, the HTTP client): other tests see no slime, and the next test a fresh one. A real
+    package slime imported (Ray, where it is installed) stays: its compiled core cannot be imported twice in a
+    process, and a second copy of its Python modules breaks every later use of Ray (tests/ray)."""
     modules, path = set(sys.modules), list(sys.path)
     source = slime_source()
     if source is not None:
         sys.path.append(str(source))
+    placeholders = set()
     for name in _IMPORT_ONLY:
         if name not in sys.modules and importlib.util.find_spec(name) is None:
             placeholder = types.ModuleType(name)
             placeholder.latex2text = None  # type: ignore[attr-defined]
             sys.modules[name] = placeholder
+            placeholders.add(name)
     try:
         module: types.ModuleType | None = importlib.import_module("slime.rollout.sglang_rollout")
     except ImportError:
@@ -238,6 +242,6 @@ def real_slime() -> Iterator[types.ModuleType | None]:
         yield module
     finally:
         for name in set(sys.modules) - modules:
-            if name.split(".")[0] in ("slime", *_IMPORT_ONLY):
+            if name.split(".")[0] in ("slime", *placeholders):
                 del sys.modules[name]
         sys.path[:] = path

@@ -101,8 +101,9 @@ class Runtime:
         """Raise ConfigurationError for what would fail every episode; cheap after the first call.
 
         Checks: the settings (validated when they were built), the tools (import), the sandbox when its tool is
-        configured (isolation must work unless ``sandbox.backend: limits`` opts out: ``SandboxIsolationError``),
-        and the chat template with these template variables (it must render incrementally token-in/token-out:
+        configured (isolation must work unless ``sandbox.backend: limits`` opts out: ``SandboxIsolationError``;
+        with ``sandbox.placement: ray`` the pool starts, each worker checking isolation on its node, or
+        ``SandboxPoolError`` says why it cannot), and the chat template with these template variables (it must render incrementally token-in/token-out:
         ``ChatRenderer``'s probe).
         """
         self.tools()

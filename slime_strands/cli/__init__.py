@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError, InputError
+from ..settings import SANDBOX_PLACEMENTS
 from .errors import (
     EXIT_FAILURES,
     EXIT_INTERRUPTED,
@@ -77,6 +78,7 @@ def _eval(ns: argparse.Namespace) -> int:
         top_p=ns.top_p,
         max_response_len=ns.max_response_len,
         sampling_params=_sampling_param_flags(ns.sampling_param or []),
+        sandbox_placement=ns.sandbox_placement,
     )
     try:
         report = run_eval(options)
@@ -422,6 +424,12 @@ def _add_eval_inputs(p: argparse._ArgumentGroup) -> None:
         metavar="FILE.yaml",
         help="plugin settings YAML (its strands: section, as configs/strands_math.yaml; default: the built-in math "
         "agent); not slime's --eval-config (configs/eval_aime.yaml)",
+    )
+    p.add_argument(
+        "--sandbox-placement",
+        choices=SANDBOX_PLACEMENTS,
+        help="where the model's code runs, over the config's sandbox.placement: local (this process) or ray (a "
+        "pool of Ray actors, sandbox.ray: joins the cluster at RAY_ADDRESS, else starts a local Ray)",
     )
 
 

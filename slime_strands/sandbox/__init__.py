@@ -9,6 +9,10 @@ memory / file-size / process limits, an empty environment and a private temp dir
 overruns, everything it started is killed. camel-ai's SubprocessInterpreter is available as
 ``backend: camel`` for parity with slime's example: UNISOLATED.
 
+Where it runs is the placement: ``local`` (this process) or ``ray`` (a pool of Ray actors spread over the
+cluster, each hosting the same sandbox; ``_ray_pool``). Backends and placements are objects behind one
+interface (``_runner``): nothing compares their names outside ``_placements`` and ``_local``.
+
     from slime_strands.sandbox import ensure_isolation, run_python
     await ensure_isolation(settings)  # at start-up: raises SandboxIsolationError if it cannot isolate
     result = await run_python("import sympy; print(sympy.factorint(2**64 - 1))")
@@ -18,24 +22,36 @@ overruns, everything it started is killed. camel-ai's SubprocessInterpreter is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
+from collections.abc import Iterator
 from typing import Any
 
 from strands import tool
 
+from ..errors import ConfigurationError
 from ..settings import SandboxSettings
-from ._result import ExecutionResult, cut_middle
-from ._sandbox import HOST, Sandbox, SandboxIsolationError, SandboxUnavailableError
+from ._host import HOST
+from ._placements import placement, runner
+from ._ray_pool import PoolState, RayPool, SandboxPoolError
+from ._result import ExecutionResult
+from ._runner import CodeRunner, Placement
+from ._sandbox import Sandbox, SandboxIsolationError, SandboxUnavailableError
 
 __all__ = [
+    "CodeRunner",
     "ExecutionResult",
+    "Placement",
+    "PoolState",
+    "RayPool",
     "Sandbox",
     "SandboxIsolationError",
+    "SandboxPoolError",
     "SandboxUnavailableError",
     "configure_sandbox",
     "ensure_isolation",
     "execute_python_code",
+    "placement_session",
     "run_python",
 ]
 
@@ -45,70 +61,46 @@ logger = logging.getLogger(__name__)
 def configure_sandbox(settings: SandboxSettings) -> None:
     """Settings used by :func:`execute_python_code` and by :func:`run_python` without explicit settings.
 
-    Idempotent. New settings replace the sandboxes of the old ones on every event loop: runs in flight
-    finish on the old interpreter, which then stops; later runs start one with the new settings."""
+    Idempotent. New settings replace the runners of the old ones everywhere: runs in flight finish on the old
+    interpreter (or pool), which then stops; later runs start one with the new settings."""
     HOST.configure(settings)
 
 
 async def ensure_isolation(settings: SandboxSettings) -> str:
-    """Start this event loop's sandbox for ``settings`` (or reuse it) and return the backend it runs under.
+    """Start the runner for ``settings`` (or reuse it) and return the backend it runs under.
 
     The preflight for slime's entry point, at the first sample: where the settings require isolation and
     this machine cannot provide it, it raises :class:`SandboxIsolationError` (a ``ConfigurationError``
-    saying what failed and how to fix it) once, instead of a failed tool call in every episode. It also
-    warms the interpreter the first runs use. ``limits`` and ``camel`` are unisolated on purpose and
-    returned as they are (``limits`` logs its warning when it starts). A ``limits`` interpreter that cannot
-    start raises :class:`SandboxUnavailableError`."""
-    if settings.backend == "camel":
-        logger.warning(
-            "slime-strands sandbox: backend 'camel': model-written code runs UNISOLATED, no limits"
-        )
-        return "camel"
-    return await HOST.sandbox(settings).start()
+    saying what failed and how to fix it) once, instead of a failed tool call in every episode; with
+    ``placement: ray``, every worker starts and checks isolation on its node, and a pool that cannot start
+    raises :class:`SandboxPoolError`. It also warms the interpreters the first runs use. ``limits`` and
+    ``camel`` are unisolated on purpose and returned as they are (both log a warning when they start). A
+    ``limits`` interpreter that cannot start raises :class:`SandboxUnavailableError`."""
+    return await runner(settings).start()
 
 
 async def run_python(code: str, settings: SandboxSettings | None = None) -> ExecutionResult:
-    """Run ``code`` in the sandbox for ``settings`` (default: the configured ones) on this event loop.
+    """Run ``code`` in the sandbox for ``settings`` (default: the configured ones), where its placement
+    says: the same :class:`ExecutionResult` either way.
 
-    Raises :class:`SandboxIsolationError` when the settings require isolation and none works here."""
-    settings = settings or HOST.settings
-    if settings.backend == "camel":
-        return await _run_with_camel(code, settings)
-    return await HOST.sandbox(settings).run(code)
+    Raises :class:`SandboxIsolationError` when the settings require isolation and none works here, and
+    :class:`SandboxPoolError` when the Ray pool cannot start."""
+    return await runner(settings or HOST.settings).run(code)
 
 
-async def _run_with_camel(code: str, settings: SandboxSettings) -> ExecutionResult:
-    """camel-ai's SubprocessInterpreter, as slime's example uses it: no isolation, no limits but time."""
+@contextlib.contextmanager
+def placement_session(settings: SandboxSettings) -> Iterator[None]:
+    """For a command run outside any cluster (``slime-strands eval``): make the placement of ``settings``
+    usable in this process for the block (Ray: join ``RAY_ADDRESS`` or start a local Ray), then stop the
+    process-wide runners (the pools' workers) and undo what it did. Inside slime Ray is already there."""
+    leave = placement(settings).join()
     try:
-        from camel.interpreters import SubprocessInterpreter
-    except ImportError as exc:
-        return ExecutionResult(
-            "",
-            "",
-            None,
-            backend="camel",
-            error=f"camel-ai is not installed ({exc}): pip install 'slime-strands[camel]'",
-        )
-
-    interpreter = SubprocessInterpreter(
-        require_confirm=False,
-        print_stdout=False,
-        print_stderr=False,
-        execution_timeout=int(settings.timeout_s),
-    )
-    started = time.perf_counter()
-    output = await asyncio.get_running_loop().run_in_executor(None, interpreter.run, code, "python")
-    text, truncated = cut_middle(str(output), settings.max_output_chars)
-    return ExecutionResult(
-        stdout=text,
-        stderr="",
-        exit_code=0,
-        output_truncated=truncated,
-        duration_s=time.perf_counter() - started,
-        backend="camel",
-        timeout_s=settings.timeout_s,
-        memory_mb=settings.memory_mb,
-    )
+        yield
+    finally:
+        for shared in HOST.shared_runners():
+            asyncio.run(shared.aclose())
+        if leave is not None:
+            leave()
 
 
 @tool
@@ -125,7 +117,7 @@ async def execute_python_code(code: str) -> dict[str, Any]:
     settings = HOST.settings
     try:
         result = await run_python(code, settings)
-    except SandboxIsolationError as exc:  # never run unisolated: the call fails, saying why
+    except ConfigurationError as exc:  # never run unisolated, nor without a pool: the call fails, saying why
         logger.error("%s", exc)
         return {"status": "error", "content": [{"text": f"[sandbox error: {exc}]"}]}
     # A raise, timeout or kill is a tool error (counted in the rollout metrics); the model sees the same text.

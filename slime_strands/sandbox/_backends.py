@@ -21,15 +21,22 @@ import site
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigurationError
 
-__all__ = ["BACKENDS", "ISOLATING", "SYSTEM_DIRS", "command", "python_paths", "sandbox_env"]
-
-BACKENDS = ("bwrap", "unshare", "limits")
-ISOLATING = ("bwrap", "unshare")
-"""The backends ``auto`` chooses from: running without namespaces must be asked for (``limits``)."""
+__all__ = [
+    "BACKENDS",
+    "CHOICES",
+    "ISOLATING",
+    "SYSTEM_DIRS",
+    "IsolationBackend",
+    "command",
+    "python_paths",
+    "sandbox_env",
+]
 _ZYGOTE_SOURCE = (Path(__file__).with_name("_zygote.py")).read_text()
 # Only what the zygote needs from root: switching the run's uid, owning and cleaning its files.
 _BWRAP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
@@ -133,19 +140,63 @@ def _bwrap_args(bwrap: str, root: bool, tmp_bytes: int) -> list[str]:
     return args
 
 
-def command(backend: str, *, root: bool, tmp_mb: int = 1024) -> list[str] | None:
-    """argv that starts the zygote under ``backend``; None if the tool it needs is not installed."""
-    python = [sys.executable, "-I", "-c", _ZYGOTE_SOURCE]
-    if backend == "bwrap":
-        bwrap = shutil.which("bwrap")
-        return _bwrap_args(bwrap, root, tmp_mb << 20) + python if bwrap else None
-    if backend == "unshare":
-        unshare = shutil.which("unshare")
-        if not unshare:
+def _unshare_args(root: bool) -> list[str] | None:
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return None
+    user = [] if root else ["--user", "--map-root-user"]
+    flags = ["--mount", "--net", "--pid", "--fork", "--mount-proc", "--ipc", "--uts", "--kill-child"]
+    return [unshare, *user, *flags, "--"]
+
+
+def _bwrap_launcher(root: bool, tmp_bytes: int) -> list[str] | None:
+    bwrap = shutil.which("bwrap")
+    return _bwrap_args(bwrap, root, tmp_bytes) if bwrap else None
+
+
+@dataclass(frozen=True)
+class IsolationBackend:
+    """One way to start the warm interpreter, and what that way leaves the interpreter to do itself.
+
+    The sandbox reads these attributes, never the name: ``isolating`` (namespaces: without them the
+    interpreter runs under a keeper that kills what it forked, reaps the uids of dead interpreters, and every
+    start warns), ``private_tmp`` (how the interpreter gets its private ``/tmp``)."""
+
+    name: str
+    isolating: bool
+    private_tmp: str | None
+    """``chmod``: bwrap mounted it, the interpreter sets its mode; ``chroot``: the interpreter builds its view
+    and chroots into it; None: no namespace, a host temp dir the interpreter makes and removes."""
+    _launcher: Callable[[bool, int], list[str] | None] = field(repr=False)
+
+    def command(self, *, root: bool, tmp_mb: int = 1024) -> list[str] | None:
+        """argv that starts the zygote under this backend; None if the tool it needs is not installed."""
+        launcher = self._launcher(root, tmp_mb << 20)
+        if launcher is None:
             return None
-        user = [] if root else ["--user", "--map-root-user"]
-        flags = ["--mount", "--net", "--pid", "--fork", "--mount-proc", "--ipc", "--uts", "--kill-child"]
-        return [unshare, *user, *flags, "--", *python]
-    if backend == "limits":
-        return python
-    raise ConfigurationError(f"unknown sandbox backend {backend!r} ({', '.join(BACKENDS)})")
+        return [*launcher, sys.executable, "-I", "-c", _ZYGOTE_SOURCE]
+
+
+BWRAP = IsolationBackend("bwrap", isolating=True, private_tmp="chmod", _launcher=_bwrap_launcher)
+UNSHARE = IsolationBackend(
+    "unshare", isolating=True, private_tmp="chroot", _launcher=lambda root, _: _unshare_args(root)
+)
+LIMITS = IsolationBackend("limits", isolating=False, private_tmp=None, _launcher=lambda _root, _tmp: [])
+
+BACKENDS = {backend.name: backend for backend in (BWRAP, UNSHARE, LIMITS)}
+"""The isolation backends, by the name the settings give them."""
+ISOLATING = tuple(name for name, backend in BACKENDS.items() if backend.isolating)
+"""The backends ``auto`` chooses from: running without namespaces must be asked for (``limits``)."""
+CHOICES: dict[str, tuple[IsolationBackend, ...]] = {
+    "auto": tuple(BACKENDS[name] for name in ISOLATING),
+    **{name: (backend,) for name, backend in BACKENDS.items()},
+}
+"""``sandbox.backend`` values a warm interpreter serves -> the backends tried, in order."""
+
+
+def command(backend: str, *, root: bool, tmp_mb: int = 1024) -> list[str] | None:
+    """argv that starts the zygote under the backend named ``backend``; None if its tool is not installed."""
+    found = BACKENDS.get(backend)
+    if found is None:
+        raise ConfigurationError(f"unknown sandbox backend {backend!r} ({', '.join(BACKENDS)})")
+    return found.command(root=root, tmp_mb=tmp_mb)

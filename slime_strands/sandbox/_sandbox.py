@@ -1,14 +1,11 @@
-"""Host side of the sandbox: start the warm interpreter under the best backend, send it runs, get results.
+"""The local runner: start the warm interpreter under the best isolation backend, send it runs, get results.
 
 One :class:`Sandbox` per (event loop, settings): asyncio pipes belong to the loop that made them. Runs are
 bounded by a semaphore (``concurrency``); the host never blocks its loop, and a dead or hung interpreter is
 killed and replaced transparently (its in-flight runs get an error result, later runs work). A sandbox that
 is replaced (new settings) or evicted closes once its last run is done; one whose loop shuts down
-(``asyncio.run`` returning) closes with it.
-
-Everything the sandbox keeps for the life of the process (the configured settings, the sandboxes of every
-loop, which backend worked, warnings given, uids to reap) lives in ONE object, :data:`HOST`: the sandbox's
-public functions (``slime_strands.sandbox``) and the classes here read and change that state nowhere else.
+(``asyncio.run`` returning) closes with it. What the process learns about its machine (which backend worked,
+uids to reap, warnings given) lives in :data:`~slime_strands.sandbox._host.HOST`.
 """
 
 from __future__ import annotations
@@ -24,18 +21,18 @@ import os
 import random
 import shutil
 import sys
-import threading
-import weakref
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from .._aio import within
 from ..errors import ConfigurationError, SlimeStrandsError
 from ..settings import SandboxSettings
-from ._backends import ISOLATING, SYSTEM_DIRS, command, python_paths, sandbox_env
+from ._backends import BACKENDS, CHOICES, SYSTEM_DIRS, IsolationBackend, python_paths, sandbox_env
+from ._host import HOST
 from ._result import ExecutionResult
+from ._runner import CodeRunner
 
-__all__ = ["HOST", "Sandbox", "SandboxHost", "SandboxIsolationError", "SandboxUnavailableError"]
+__all__ = ["Sandbox", "SandboxIsolationError", "SandboxUnavailableError"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +43,6 @@ _INTERPRETER_PROCESSES = (
     4  # what a shared uid counts besides the runs: bwrap's init, the interpreter, its helpers
 )
 _PROBE = "print(6 * 7)"
-_MAX_PER_LOOP = 4  # sandboxes (warm interpreters) kept per event loop; the least recently used closes
 
 
 def _mapped_ids(path: str) -> list[tuple[int, int]]:
@@ -58,12 +54,14 @@ def _mapped_ids(path: str) -> list[tuple[int, int]]:
         return [(0, 1 << 32)]
 
 
-async def _spawn(backend: str, root: bool, settings: SandboxSettings) -> asyncio.subprocess.Process:
+async def _spawn(
+    backend: IsolationBackend, root: bool, settings: SandboxSettings
+) -> asyncio.subprocess.Process:
     """The warm interpreter's process under ``backend`` (its command line may take a ``bwrap --help``)."""
-    build = functools.partial(command, backend, root=root, tmp_mb=settings.tmp_size_mb)
+    build = functools.partial(backend.command, root=root, tmp_mb=settings.tmp_size_mb)
     argv = await asyncio.get_running_loop().run_in_executor(None, build)
     if argv is None:
-        raise SandboxUnavailableError(f"{backend}: not installed")
+        raise SandboxUnavailableError(f"{backend.name}: not installed")
     try:
         return await asyncio.create_subprocess_exec(
             *argv,
@@ -75,7 +73,7 @@ async def _spawn(backend: str, root: bool, settings: SandboxSettings) -> asyncio
             limit=1 << 26,
         )
     except OSError as exc:
-        raise SandboxUnavailableError(f"{backend}: cannot start: {exc}") from exc
+        raise SandboxUnavailableError(f"{backend.name}: cannot start: {exc}") from exc
 
 
 def _run_uids(count: int) -> list[int]:
@@ -132,7 +130,7 @@ class _Interpreter:
     """One warm zygote process and its request / response pipe."""
 
     def __init__(
-        self, backend: str, proc: asyncio.subprocess.Process, uids: list[int], concurrency: int
+        self, backend: IsolationBackend, proc: asyncio.subprocess.Process, uids: list[int], concurrency: int
     ) -> None:
         self.backend, self.proc, self.uids, self.concurrency = backend, proc, uids, concurrency
         self.host_dir: str | None = None  # the run dirs' parent on the host (removed if we kill it)
@@ -143,19 +141,21 @@ class _Interpreter:
         self.drain: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, backend: str, settings: SandboxSettings, concurrency: int) -> _Interpreter:
+    async def start(
+        cls, backend: IsolationBackend, settings: SandboxSettings, concurrency: int
+    ) -> _Interpreter:
         root = os.geteuid() == 0
         uids = _run_uids(concurrency) if root else []
-        private_tmp = {"bwrap": "chmod", "unshare": "chroot"}.get(backend)
+        private_tmp = backend.private_tmp
         interp = cls(backend, await _spawn(backend, root, settings), uids, concurrency)
         interp.drain = asyncio.ensure_future(interp._drain_stderr())
-        reap = sorted(HOST.orphan_uids) if backend == "limits" else []
+        reap = [] if backend.isolating else sorted(HOST.orphan_uids)
         config = {
             "base_dir": "/tmp/runs" if private_tmp else None,  # None: the interpreter makes (and removes) one
             "uids": uids,
             "preload": list(settings.preload_modules) if settings.prewarm else [],
             "reap_uids": reap,
-            "keeper": backend == "limits",
+            "keeper": not backend.isolating,  # no namespace dies with it: a keeper kills what it forked
             "private_tmp": private_tmp,
             "tmp_size_mb": settings.tmp_size_mb,
             "system_dirs": list(SYSTEM_DIRS),
@@ -169,7 +169,7 @@ class _Interpreter:
                 exc, (_StartFailed, SandboxUnavailableError, OSError, ValueError, asyncio.TimeoutError)
             ):
                 raise SandboxUnavailableError(
-                    f"{backend}: {exc} ({interp.last_stderr() or 'no message'})"
+                    f"{backend.name}: {exc} ({interp.last_stderr() or 'no message'})"
                 ) from exc
             raise
         return interp
@@ -188,7 +188,7 @@ class _Interpreter:
             self.host_dir = ready.get("base_dir")
         if ready.get("stdlib_private") and config["uids"]:
             HOST.warn_once(
-                f"slime-strands sandbox ({backend}): the Python installation ({sys.base_prefix}) is not "
+                f"slime-strands sandbox ({backend.name}): the Python installation ({sys.base_prefix}) is not "
                 "readable by the unprivileged run uid, so runs can import only preloaded modules; use the "
                 "bwrap or unshare backend, or install Python outside a private directory such as /root"
             )
@@ -267,16 +267,17 @@ class _Interpreter:
             self.pending.pop(rid, None)
 
     async def close(self, hung: bool = False) -> None:
-        if self.backend == "limits" and self.uids:
+        if not self.backend.isolating and self.uids:
             HOST.orphan_uids.update(self.uids)
         # EOF first: the interpreter kills its runs, removes their files and exits; then signals. A hung
-        # one does not read: SIGKILL the launcher at once (the namespace dies with it), except the limits
-        # keeper, whose SIGTERM makes it kill the server it forked (`unshare` ignores SIGTERM).
+        # one does not read: SIGKILL the launcher at once (the namespace dies with it), except the keeper
+        # of one without namespaces, whose SIGTERM makes it kill the server it forked (`unshare` ignores
+        # SIGTERM).
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         stops: tuple[Callable[[], None] | None, ...] = (None, self.proc.terminate, self.proc.kill)
         if hung:
-            stops = (self.proc.terminate, self.proc.kill) if self.backend == "limits" else (self.proc.kill,)
+            stops = (self.proc.kill,) if self.backend.isolating else (self.proc.terminate, self.proc.kill)
         for stop in stops:
             if stop is not None:
                 with contextlib.suppress(ProcessLookupError):
@@ -301,11 +302,16 @@ class _Interpreter:
                 remove()
 
 
-class Sandbox:
+class Sandbox(CodeRunner):
     """Runs model-written Python under isolation and limits; see ``SandboxSettings`` for the knobs."""
 
     def __init__(self, settings: SandboxSettings | None = None) -> None:
         self.settings = settings or SandboxSettings()
+        if self.settings.backend not in CHOICES:
+            raise ConfigurationError(
+                f"Sandbox runs the warm interpreter under {', '.join(CHOICES)}, not backend "
+                f"{self.settings.backend!r}: run_python(code, settings) runs every backend"
+            )
         self.concurrency = self.settings.effective_concurrency
         self._slots = asyncio.Semaphore(self.concurrency)
         self._interp: _Interpreter | None = None
@@ -318,7 +324,7 @@ class Sandbox:
     @property
     def backend(self) -> str | None:
         """The backend in use (None before the first run)."""
-        return self._interp.backend if self._interp else HOST.working_backends.get(self.settings.backend)
+        return self._interp.backend.name if self._interp else HOST.working_backends.get(self.settings.backend)
 
     async def _interpreter(self) -> _Interpreter:
         async with self._starting:
@@ -350,28 +356,32 @@ class Sandbox:
             raise SandboxIsolationError(self._refused)
         wanted = self.settings.backend
         worked = HOST.working_backends
-        order = [wanted] if wanted != "auto" else [worked.get("auto", ISOLATING[0]), *ISOLATING]
+        candidates = CHOICES[wanted]
+        if worked.get(wanted) in BACKENDS:
+            candidates = (BACKENDS[worked[wanted]], *candidates)
         errors = []
-        for backend in dict.fromkeys(order):
+        for backend in dict.fromkeys(candidates):
             try:
                 interp = await _Interpreter.start(backend, self.settings, self.concurrency)
             except SandboxUnavailableError as exc:
                 errors.append(str(exc))
                 continue
-            if backend == "limits":  # every start, not once: a log line is easy to miss in a Ray job
+            if not backend.isolating:  # every start, not once: a log line is easy to miss in a Ray job
                 logger.warning(
-                    "slime-strands sandbox: backend 'limits' (set in the settings): model-written code runs "
-                    "WITHOUT namespace isolation: rlimits, a scrubbed environment and (as root) a separate "
-                    "uid only; it can read world-readable host files and use the host network. Use "
+                    f"slime-strands sandbox: backend {backend.name!r} (set in the settings): model-written "
+                    "code runs WITHOUT namespace isolation: rlimits, a scrubbed environment and (as root) a "
+                    "separate uid only; it can read world-readable host files and use the host network. Use "
                     "`sandbox.backend: auto` (bubblewrap or unshare) to isolate it."
                 )
-            worked[wanted] = backend
+            worked[wanted] = backend.name
             return interp
-        if wanted == "limits" or set(order) & set(worked.values()):
+        if not any(c.isolating for c in candidates) or any(c.name in worked.values() for c in candidates):
             # It isolated in this process before: the machine allows it, this start failed (e.g. load).
             raise SandboxUnavailableError("the sandbox interpreter could not start: " + "; ".join(errors))
         what = (
-            "no isolating sandbox backend works here" if wanted == "auto" else f"{wanted} cannot isolate here"
+            "no isolating sandbox backend works here"
+            if len(candidates) > 1
+            else f"{wanted} cannot isolate here"
         )
         self._refused = f"sandbox.backend: {wanted}: {what} ({'; '.join(errors)}). {_FIX_ISOLATION}"
         raise SandboxIsolationError(self._refused)
@@ -381,7 +391,7 @@ class Sandbox:
 
         Raises :class:`SandboxIsolationError` when the settings require isolation and no isolating
         backend works here (then every later run raises it too, at once)."""
-        return (await self._interpreter()).backend
+        return (await self._interpreter()).backend.name
 
     async def run(self, code: str) -> ExecutionResult:
         """Execute ``code``; never raises for anything the code does (the result says what happened), nor
@@ -413,7 +423,7 @@ class Sandbox:
             timed_out=bool(reply.get("timed_out")),
             output_truncated=bool(reply.get("truncated")),
             duration_s=float(reply.get("duration_s", 0.0)),
-            backend=interp.backend,
+            backend=interp.backend.name,
             timeout_s=settings.timeout_s,
             memory_mb=settings.memory_mb,
             error=reply.get("error"),
@@ -445,83 +455,3 @@ class Sandbox:
             if self._interp is not None:
                 await self._interp.close()
                 self._interp = None
-
-
-class SandboxHost:
-    """The sandbox's process-wide state: one object (:data:`HOST`) instead of module globals.
-
-    It holds what outlives a run and is shared by every event loop and thread of the process:
-
-    * the settings ``execute_python_code`` and ``run_python`` use unless given others (:meth:`configure`);
-    * the sandboxes, per event loop and settings, at most ``_MAX_PER_LOOP`` per loop, least recently used
-      retired first (:meth:`sandbox`); a loop that is garbage-collected drops its own;
-    * ``working_backends``: requested backend -> the one that started (``auto`` tries it first; once
-      isolation worked here, a later failure to start is transient, not a refusal of the machine);
-    * ``orphan_uids``: run uids of ``limits`` interpreters that died; the next one reaps their processes;
-    * warnings already given (:meth:`warn_once`) and retired sandboxes closing in the background (a task
-      needs a reference until it is done).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # loops on several threads configure and look up sandboxes
-        self._settings = SandboxSettings()
-        self._sandboxes: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, collections.OrderedDict[SandboxSettings, Sandbox]
-        ] = weakref.WeakKeyDictionary()
-        self.working_backends: dict[str, str] = {}
-        self.orphan_uids: set[int] = set()
-        self._warned: set[str] = set()
-        self._closing: set[asyncio.Task[None]] = set()
-
-    @property
-    def settings(self) -> SandboxSettings:
-        """The configured settings (the defaults until :meth:`configure`)."""
-        return self._settings
-
-    def configure(self, settings: SandboxSettings) -> None:
-        """Make ``settings`` the configured ones; the sandboxes of the previous ones are retired on every
-        loop (runs in flight finish on the old interpreter, which then stops). Idempotent."""
-        with self._lock:
-            previous, self._settings = self._settings, settings
-        if previous != settings:
-            self.retire(previous)
-
-    def sandbox(self, settings: SandboxSettings) -> Sandbox:
-        """The sandbox for ``settings`` on the running event loop (created on first use)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            per_loop = self._sandboxes.setdefault(loop, collections.OrderedDict())
-            sandbox = per_loop.get(settings)
-            if sandbox is None:
-                sandbox = per_loop[settings] = Sandbox(settings)
-            per_loop.move_to_end(settings)
-            evicted = [per_loop.popitem(last=False)[1] for _ in range(len(per_loop) - _MAX_PER_LOOP)]
-        for old in evicted:
-            old.retire()
-        return sandbox
-
-    def retire(self, settings: SandboxSettings) -> None:
-        """Close every loop's sandbox for ``settings`` once its runs are done (from any thread)."""
-        with self._lock:
-            found = [
-                (loop, boxes.pop(settings)) for loop, boxes in self._sandboxes.items() if settings in boxes
-            ]
-        for loop, sandbox in found:
-            with contextlib.suppress(RuntimeError):  # a closed loop: its interpreter went with its transports
-                loop.call_soon_threadsafe(sandbox.retire)
-
-    def warn_once(self, message: str) -> None:
-        """Log a warning about the machine (not about one run) once per process."""
-        if message not in self._warned:
-            self._warned.add(message)
-            logger.warning(message)
-
-    def keep_until_done(self, task: asyncio.Task[None]) -> None:
-        """Hold a background task (a retired sandbox closing) until it finishes: the loop keeps only a weak
-        reference to it."""
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
-
-HOST = SandboxHost()
-"""The process's one :class:`SandboxHost`."""

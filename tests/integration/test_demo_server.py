@@ -178,9 +178,9 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-NO_TOOL_LIST = {"deepseekv31"}
-"""Families whose chat template writes no tool list (DeepSeek V3.1's: its users describe tools in the system
-prompt themselves), so no policy can see which tools a request offers: the demo policy calls its own."""
+NO_TOOL_LIST = {"deepseekv3", "deepseekv31"}
+"""Families whose chat template writes no tool list (DeepSeek V3/R1's and V3.1's: their users describe tools in the
+system prompt themselves), so no policy can see which tools a request offers: the demo policy calls its own."""
 
 
 @pytest.mark.parametrize("name", sorted(set(SUPPORTED) - NO_TOOL_LIST))

@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 from sandbox_isolation import ROOT, fail_or_skip, start_or_skip
 
-from slime_strands.sandbox import Sandbox, _sandbox, execute_python_code, run_python
+from slime_strands.sandbox import Sandbox, _host, _placements, _sandbox, execute_python_code, run_python
 from slime_strands.sandbox._backends import BACKENDS
 from slime_strands.settings import SandboxSettings
 
@@ -711,7 +711,7 @@ def _run_on_a_new_loop(code: str, settings: SandboxSettings) -> tuple[str, int]:
 
     async def main() -> tuple[str, int]:
         result = await run_python(code, settings)
-        return result.stdout, _sandbox.HOST.sandbox(settings)._interp.proc.pid
+        return result.stdout, _placements.runner(settings)._interp.proc.pid
 
     return asyncio.run(main())
 
@@ -732,30 +732,30 @@ async def test_several_event_loops_and_threads():
 async def test_configure_sandbox_replaces_the_interpreter_after_its_runs():
     import slime_strands.sandbox as package
 
-    original = _sandbox.HOST.settings
+    original = _host.HOST.settings
     first, second = SandboxSettings(timeout_s=40, prewarm=False), SandboxSettings(timeout_s=50, prewarm=False)
     try:
         package.configure_sandbox(first)
         package.configure_sandbox(first)  # idempotent
         assert (await run_python("print(1)")).stdout == "1\n"
-        old = _sandbox.HOST.sandbox(first)._interp
+        old = _placements.runner(first)._interp
         in_flight = asyncio.create_task(run_python("import time\ntime.sleep(0.3)\nprint('old')"))
         await _wait_for(lambda: len(old.pending) == 1, "a run in flight on the old interpreter")
         package.configure_sandbox(second)  # with nothing awaited since: that run is still in flight
         new = await run_python("print('new')")
         assert (await in_flight).stdout == "old\n" and new.stdout == "new\n"
-        assert _sandbox.HOST.sandbox(second)._interp is not old
+        assert _placements.runner(second)._interp is not old
         await asyncio.wait_for(old.proc.wait(), 60)  # the replaced interpreter stops once idle
     finally:
         package.configure_sandbox(original)
 
 
 async def test_least_recently_used_sandboxes_close():
-    variants = [SandboxSettings(timeout_s=50 + i, prewarm=False) for i in range(_sandbox._MAX_PER_LOOP + 1)]
+    variants = [SandboxSettings(timeout_s=50 + i, prewarm=False) for i in range(_host._MAX_PER_LOOP + 1)]
     interpreters = []
     for settings in variants:
         assert (await run_python("print(1)", settings)).stdout == "1\n"
-        interpreters.append(_sandbox.HOST.sandbox(settings)._interp)
+        interpreters.append(_placements.runner(settings)._interp)
     await asyncio.wait_for(interpreters[0].proc.wait(), 60)
     assert all(i.proc.returncode is None for i in interpreters[1:])
 

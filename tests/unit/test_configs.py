@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slime_strands.settings import CompactionSettings, PluginSettings, RewardSettings, SandboxSettings
+from slime_strands.settings import (
+    CompactionSettings,
+    PluginSettings,
+    RayPoolSettings,
+    RewardSettings,
+    SandboxSettings,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -83,6 +89,7 @@ def test_plugin_config_spells_out_every_setting():
     section = yaml.safe_load(PLUGIN_CONFIG.read_text())["strands"]
     assert set(section) == _fields(PluginSettings)
     assert set(section["sandbox"]) == _fields(SandboxSettings)
+    assert set(section["sandbox"]["ray"]) == _fields(RayPoolSettings)
     assert set(section["reward"]) == _fields(RewardSettings)
     assert set(section["compaction"]) == _fields(CompactionSettings)
     assert PluginSettings.from_yaml(PLUGIN_CONFIG) == PluginSettings(), "the defaults, spelled out"
@@ -114,7 +121,7 @@ def _comment_blocks(text: str) -> dict[str, str]:
 def _defaults(cls, prefix: str) -> dict[str, object]:
     out = {}
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(f.type) or f.name in ("sandbox", "reward", "compaction"):
+        if dataclasses.is_dataclass(f.type) or f.name in ("sandbox", "reward", "compaction", "ray"):
             continue
         value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         out[f"{prefix}{f.name}"] = list(value) if isinstance(value, tuple) else value
@@ -126,6 +133,7 @@ def test_every_key_is_commented_with_its_true_default():
     defaults = {
         **_defaults(PluginSettings, "strands."),
         **_defaults(SandboxSettings, "strands.sandbox."),
+        **_defaults(RayPoolSettings, "strands.sandbox.ray."),
         **_defaults(RewardSettings, "strands.reward."),
         **_defaults(CompactionSettings, "strands.compaction."),
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ from slime_helpers import slime_args
 from slime_strands._slime.config import SlimeConfig
 from slime_strands.agent.runtime import raise_gc_threshold
 from slime_strands.errors import ConfigurationError
-from slime_strands.settings import PluginSettings, SandboxSettings, SettingsError
+from slime_strands.settings import PluginSettings, RayPoolSettings, SandboxSettings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,11 +63,50 @@ def test_mapping_is_coerced_and_nested():
         ({"tool_parser": "qwen25_xml"}, "tool_parser: unknown parser 'qwen25_xml'; choose 'auto' or one of"),
         ({"gc_young_threshold": 0}, "gc_young_threshold must be > 0 or null, got 0"),
         ({"tool_rounds_per_invocation": 0}, "tool_rounds_per_invocation must be >= 1 or null, got 0"),
+        ({"sandbox": {"placement": "k8s"}}, "sandbox.placement: unknown placement 'k8s' (local, ray)"),
+        ({"sandbox": {"ray": {"workers": 4}}}, "sandbox.ray.workers is set but sandbox.placement is 'local'"),
+        (
+            {"sandbox": {"placement": "ray", "concurrency": 8}},
+            "set sandbox.ray.workers and sandbox.ray.slots",
+        ),
+        (
+            {"sandbox": {"placement": "ray", "ray": {"slots_per_worker": 0}}},
+            "sandbox.ray.slots_per_worker must be > 0",
+        ),
+        (
+            {"sandbox": {"placement": "ray", "ray": {"cpus_per_worker": -1}}},
+            "cpus_per_worker must be >= 0, got -1.0",
+        ),
+        (
+            {"sandbox": {"placement": "ray", "ray": {"custom_resource": " "}}},
+            "custom_resource must be a resource name",
+        ),
+        ({"sandbox": {"placement": "ray", "ray": {"pool": 4}}}, "unknown setting(s) sandbox.ray.pool"),
     ],
 )
 def test_invalid_settings_name_the_problem(data, message):
     with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
         PluginSettings.from_mapping(data)
+
+
+def test_the_ray_placement_and_one_workers_own_settings():
+    sandbox = PluginSettings.from_mapping(
+        {
+            "sandbox": {
+                "placement": "ray",
+                "backend": "limits",
+                "timeout_s": 3,
+                "ray": {"workers": 3, "cpus_per_worker": 2},
+            }
+        }
+    ).sandbox
+    assert (
+        sandbox.ray.workers == 3 and sandbox.ray.cpus_per_worker == 2.0 and sandbox.ray.slots_per_worker == 4
+    )
+    worker = sandbox.in_one_worker()  # what each worker's own sandbox runs: the same backend and limits
+    assert (worker.placement, worker.concurrency, worker.ray) == ("local", 4, RayPoolSettings())
+    assert (worker.backend, worker.timeout_s) == ("limits", 3.0)
+    assert dataclasses.replace(worker, placement="ray", concurrency=None, ray=sandbox.ray) == sandbox
 
 
 def settings_from_args(args):

@@ -4,8 +4,9 @@ must hold trajectories of the configuration being run, or its old results would 
 Five parts, each a short SHA-256 of a canonical JSON text, so that the refusal can name what differs:
 
 * ``settings``: the plugin settings (``--config``), except the knobs that only change how requests are retried
-  or how fast things run (timeouts, retries, the garbage collector, the sandbox's concurrency and prewarming)
-  and the training-only reward shaping (eval grades 1 / 0);
+  or how fast things run (timeouts, retries, the garbage collector, the sandbox's concurrency and prewarming),
+  where the sandbox runs (its placement and Ray pool: the same results, token for token) and the training-only
+  reward shaping (eval grades 1 / 0);
 * ``sampling``: the params every turn is sent with, as the episode merges them (``--temperature``, ``--top-p``,
   the config's ``sampling_params``, ``--sampling-param``), and the response budget (``--max-response-len``);
 * ``tokenizer``: the vocabulary (every token and its id) and the chat template, not the path it was loaded
@@ -44,6 +45,8 @@ _NOT_TRAJECTORY = frozenset(
         "sandbox.concurrency",
         "sandbox.prewarm",
         "sandbox.preload_modules",
+        # where the code runs: the same results either way (tests/ray)
+        "sandbox.placement",
         # training rewards: eval grades 1.0 / 0.0 (reward.math_verify_timeout_s does count)
         "reward.tool_shaping",
         "reward.shaping_cap",
@@ -58,11 +61,18 @@ _NOT_TRAJECTORY = frozenset(
 )
 
 
+_NOT_TRAJECTORY_SECTIONS = ("sandbox.ray.",)  # the Ray pool's size and resources: where, not what
+
+
 def settings_part(settings: PluginSettings) -> dict[str, Any]:
     """The settings that change a trajectory, as dotted names and values."""
     flat: dict[str, Any] = {}
     _flatten(settings, "", flat)
-    return {name: value for name, value in flat.items() if name not in _NOT_TRAJECTORY}
+    return {
+        name: value
+        for name, value in flat.items()
+        if name not in _NOT_TRAJECTORY and not name.startswith(_NOT_TRAJECTORY_SECTIONS)
+    }
 
 
 def tokenizer_part(tokenizer: Any) -> dict[str, Any]:

@@ -33,7 +33,8 @@ from ...provider.model import SGLangModel
 from ...provider.sampling import merge_sampling_params
 from ...provider.sampling_ranges import range_problems
 from ...reward import accuracy
-from ...settings import PluginSettings
+from ...sandbox import placement_session
+from ...settings import PluginSettings, RayPoolSettings, SettingsError
 from ...template.render import ChatRenderer
 from ...trajectories.config_digest import ConfigDigest
 from ...trajectories.file import TrajectoryRow, TrajectoryWriter, row_key
@@ -70,6 +71,8 @@ class EvalOptions:
     max_response_len: int = 16384
     sampling_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """``--sampling-param`` flags: on top of the config's ``strands.sampling_params`` (a flag wins)."""
+    sandbox_placement: str | None = None
+    """``--sandbox-placement``: over the config's ``sandbox.placement`` (None keeps it)."""
 
 
 @dataclass
@@ -94,14 +97,29 @@ class EvalReport:
 def run_eval(options: EvalOptions) -> EvalReport:
     """Check every input (data, config, ``--out``, tokenizer, wandb, tools, template, server), then run."""
     prompts = load_prompts(options.data, limit=options.limit)
-    settings = _settings(options.config, options.sampling_params)
+    settings = _with_placement(_settings(options.config, options.sampling_params), options.sandbox_placement)
     wandb = require_wandb() if options.wandb_project else None
     if options.out:
         check_writable(options.out)
     resumed = read_resumable(options.out, prompts, options.n) if options.out else ResumedRows()
     tokenizer = load_tokenizer(options.tokenizer)
     evaluator = _Evaluator(options, settings, tokenizer, prompts, resumed, wandb)
-    return asyncio.run(evaluator.run())
+    with placement_session(settings.sandbox):  # Ray: joins RAY_ADDRESS or starts one; the pool stops after
+        return asyncio.run(evaluator.run())
+
+
+def _with_placement(settings: PluginSettings, placement: str | None) -> PluginSettings:
+    """``--sandbox-placement`` over the config's: the pool settings (``sandbox.ray``) go with it when it is
+    not the config's."""
+    if placement is None or placement == settings.sandbox.placement:
+        return settings
+    try:
+        sandbox = dataclasses.replace(settings.sandbox, placement=placement, ray=RayPoolSettings())
+    except SettingsError as exc:
+        raise CommandError(
+            f"--sandbox-placement {placement}: {exc}", hint="fix the config's sandbox section"
+        ) from None
+    return dataclasses.replace(settings, sandbox=sandbox)
 
 
 def _settings(path: str | None, flags: Mapping[str, Any]) -> PluginSettings:
