@@ -122,6 +122,8 @@ class SlimeConfig:
         if held is not None and _same(held[0], inputs):
             return held[1]
         config = _read(args, dict(zip(_FLAGS, inputs[:-1], strict=True)))
+        if held is not None:
+            config._keep_runtime_of(held[1])
         with _LOCK:
             _CONFIGS[key] = (inputs, config)
             _CONFIGS.move_to_end(key)
@@ -150,6 +152,13 @@ class SlimeConfig:
         said (for the rollout metrics: it builds no runtime)."""
         runtime = vars(self).get("runtime") or self._held_runtime()
         return None if runtime is None else runtime.client.window.tokens
+
+    def _keep_runtime_of(self, previous: SlimeConfig) -> None:
+        """Take over the runtime of the view this one replaces (the same args, a flag replaced or added) when it
+        is of the same configuration: its client pool, tokenizer and checked templates stay."""
+        runtime = vars(previous).get("runtime")
+        if runtime is not None and previous._runtime_key == self._runtime_key:
+            vars(self)["runtime"] = runtime
 
     def _held_runtime(self) -> Runtime | None:
         """The runtime a held view of the same configuration built, if one did."""

@@ -415,6 +415,17 @@ def test_the_pool_is_sized_by_rollout_num_engines(server):
     assert SlimeConfig.of(args).runtime.client.max_connections == 8 * 3
 
 
+def test_a_flag_added_to_the_args_keeps_their_runtime(server):
+    """slime may set attributes on its args during a run: the view is read again, the runtime (client pool,
+    tokenizer, checked templates) stays while the configuration is the same."""
+    args = make_args(server)
+    runtime = SlimeConfig.of(args).runtime
+    args.wandb_run_id = "abc"  # read again (a misspelt strands key could have come with it)
+    assert SlimeConfig.of(args).runtime is runtime
+    args.sglang_server_concurrency = 4  # another pool: another runtime
+    assert SlimeConfig.of(args).runtime is not runtime
+
+
 async def test_runtimes_naming_one_checkpoint_share_one_tokenizer(server):
     """A training and an eval configuration (different settings: two runtimes) load the tokenizer once."""
     train = SlimeConfig.of(make_args(server)).runtime
