@@ -10,18 +10,22 @@
 # (SLIME_SOURCE / MEGATRON_TARBALL). Then it starts, each by its own pid and stopped by it at the end:
 #   * the real SGLang server on a tiny random-weight Qwen3 (the real-SGLang tier's venv, model and flags) with a
 #     recording proxy in front (tests/slime_train/serve.py), which slime's router is pointed at;
-#   * a private Ray head (free ports, its own temp dir and auth token, one fake GPU);
+#   * a private Ray head (free ports, its own temp dir and auth token, one fake GPU, its dashboard on 127.0.0.1 for
+#     Ray's state API);
 # and runs slime's train.py --debug-rollout-only with the recipe's plugin flags and settings file
-# (scripts/lib/common.sh builds both flag lists), the smoke's grammar added to the settings
-# (scripts/slime_cpu/smoke_settings.yaml, or SMOKE_SETTINGS=path for another variant), over-sampling with partial
-# rollout, AIME-format eval and offline wandb. No training step: Megatron's model needs a GPU.
+# (scripts/lib/common.sh builds both flag lists), the smoke's overlay added to the settings
+# (scripts/slime_cpu/smoke_settings.yaml, or SMOKE_SETTINGS=path for another variant: a grammar for the model, the
+# sandbox on a Ray pool inside slime's cluster), over-sampling with partial rollout, AIME-format eval and offline
+# wandb. No training step: Megatron's model needs a GPU. Once train.py has exited, and before the Ray head stops,
+# scripts/slime_cpu/record_ray_state.py records what the cluster still holds.
 #
 # OUT_DIR gets: rollout_{id}.pt and rollout_eval_{id}.pt (slime's --save-debug-rollout-data), train.log (the whole
 # train.py log), requests.jsonl (every request slime's router sent the server, and its answer), wandb/ (the
-# offline runs) and wandb_history.jsonl (their rows as JSON), server.log, ray.log, run_config/ (the settings, eval
-# config and the exact train.py command), data/, model/, smoke.json (what ran, for tests/slime_train). OUT_DIR must
-# be new, empty, or an earlier smoke's (which is cleared). Any failure stops the smoke with one [slime-strands]
-# ERROR line and a non-zero status, after stopping what it started.
+# offline runs) and wandb_history.jsonl (their rows as JSON), ray_state.json (the cluster's actors and the sandbox
+# pool's executions by Ray's account, and sandbox processes left, after train.py), server.log, ray.log, run_config/
+# (the settings, eval config and the exact train.py command), data/, model/, smoke.json (what ran, for
+# tests/slime_train). OUT_DIR must be new, empty, or an earlier smoke's (which is cleared). Any failure stops the
+# smoke with one [slime-strands] ERROR line and a non-zero status, after stopping what it started.
 #
 # Knobs (environment): the run's size NUM_ROLLOUT (4), ROLLOUT_BATCH_SIZE (2), N_SAMPLES_PER_PROMPT (2),
 # OVER_SAMPLING_BATCH_SIZE (4), MAX_RESPONSE_LEN (512), EVAL_PROMPTS (2), EVAL_N_SAMPLES (2); SMOKE_TIMEOUT_S
@@ -186,8 +190,9 @@ smoke_start_server() {
 }
 
 # A private Ray head: free ports, its own temp dir, token authentication with its own token (a token in ~/.ray
-# would otherwise switch it on for one side only), one fake GPU (slime's placement group asks for one), and the
-# cpu accelerator switched on for every worker it starts.
+# would otherwise switch it on for one side only), one fake GPU (slime's placement group asks for one), the cpu
+# accelerator switched on for every worker it starts, and its dashboard on 127.0.0.1 (it serves Ray's state API,
+# which smoke_record_ray reads).
 smoke_start_ray() {
     SMOKE_RAY_TMP="$(mktemp -d /tmp/ss-ray.XXXXXX)" # short: Ray's socket paths must fit in 107 bytes
     "${PYTHON}" -c 'import secrets; print(secrets.token_hex(32))' >"${SMOKE_RAY_TMP}/token"
@@ -200,7 +205,8 @@ smoke_start_ray() {
     setsid "${ray_bin}" start --head --block --node-ip-address 127.0.0.1 --port "${RAY_PORT}" \
         --ray-client-server-port "$(smoke_free_port)" --dashboard-agent-listen-port "$(smoke_free_port)" \
         --metrics-export-port "$(smoke_free_port)" --num-cpus 4 --num-gpus 1 --disable-usage-stats \
-        --include-dashboard false --temp-dir "${SMOKE_RAY_TMP}" >"${OUT}/ray.log" 2>&1 </dev/null &
+        --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$(smoke_free_port)" \
+        --temp-dir "${SMOKE_RAY_TMP}" >"${OUT}/ray.log" 2>&1 </dev/null &
     SMOKE_RAY_PID=$!
     local waited=0
     until "${ray_bin}" status --address "127.0.0.1:${RAY_PORT}" >/dev/null 2>&1; do
@@ -247,6 +253,16 @@ $(tail -n 60 "${OUT}/train.log")"
     ss_log "train.py finished in ${TRAIN_SECONDS} s"
 }
 
+# train.py has exited, the Ray head still runs: what its actors and the sandbox pool left (tests/slime_train says
+# whether that is nothing).
+smoke_record_ray() {
+    ss_log "recording what the Ray cluster holds after train.py (${OUT}/ray_state.json)"
+    RAY_ADDRESS="127.0.0.1:${RAY_PORT}" "${PYTHON}" "${SMOKE_DIR}/record_ray_state.py" "${OUT}/ray_state.json" \
+        >"${OUT}/run_config/record_ray_state.log" 2>&1 ||
+        ss_die "could not read the Ray cluster's state; the end of ${OUT}/run_config/record_ray_state.log:
+$(tail -n 40 "${OUT}/run_config/record_ray_state.log")"
+}
+
 # After everything stopped (the proxy writes requests.jsonl as it stops): every file the tests read is there.
 smoke_collect() {
     [ -s "${OUT}/requests.jsonl" ] || ss_die "the recording proxy wrote no ${OUT}/requests.jsonl; see ${OUT}/serve.log"
@@ -284,6 +300,7 @@ smoke_main() {
     smoke_start_server
     smoke_start_ray
     smoke_train
+    smoke_record_ray
     ss_log "stopping the Ray head and the server"
     smoke_cleanup
     smoke_collect

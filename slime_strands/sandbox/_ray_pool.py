@@ -381,17 +381,28 @@ class RayPool(CodeRunner):
         if isinstance(cause, SandboxIsolationError):
             return SandboxIsolationError(str(cause))
         if isinstance(exc, asyncio.TimeoutError):
-            free = await asyncio.get_running_loop().run_in_executor(None, _ray().available_resources)
-            wanted = {"CPU": self._pool.cpus_per_worker}
-            if self._pool.custom_resource:
-                wanted[self._pool.custom_resource] = 1.0
             return SandboxPoolError(
-                f"a Ray sandbox worker ({wanted}) did not start within sandbox.ray.start_timeout_s = "
-                f"{self._pool.start_timeout_s:g} s (free in the cluster now: "
-                f"{ {k: v for k, v in free.items() if k == 'CPU' or k in wanted} }): {_FIX_RESOURCES}, or "
-                "raise sandbox.ray.start_timeout_s on slow nodes"
+                f"a Ray sandbox worker did not start within sandbox.ray.start_timeout_s = "
+                f"{self._pool.start_timeout_s:g} s ({await self._room()}): {_FIX_RESOURCES}, or raise "
+                "sandbox.ray.start_timeout_s on slow nodes"
             )
         return SandboxPoolError(f"a Ray sandbox worker did not start: {type(exc).__name__}: {exc}")
+
+    async def _room(self) -> str:
+        """What a worker needs, what is free now, and what the pool's own started workers hold besides (Ray
+        frees that when the pool gives up: 'free now' alone would understate the room the pool has)."""
+        free = await asyncio.get_running_loop().run_in_executor(None, _ray().available_resources)
+        wanted = {"CPU": self._pool.cpus_per_worker}
+        if self._pool.custom_resource:
+            wanted[self._pool.custom_resource] = 1.0
+        room = (
+            f"each worker needs {wanted}; free in the cluster now: { {k: free.get(k, 0.0) for k in wanted} }"
+        )
+        up = len(self._slots.workers())
+        if up:
+            held = {k: round(up * v, 6) for k, v in wanted.items()}
+            room += f", besides the {held} that the {up} started worker(s) of the pool's {self._pool.workers} hold"
+        return room
 
     async def _watch(self, worker: _Worker) -> None:
         """Learn at once when ``worker`` dies, even idle: its ``wait_until_stopped`` fails then."""

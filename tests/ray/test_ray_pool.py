@@ -281,11 +281,32 @@ async def test_workers_that_cannot_be_placed_are_a_configuration_error_at_the_st
     try:
         with pytest.raises(
             SandboxPoolError, match=r"did not start within sandbox\.ray\.start_timeout_s = 2 s"
-        ):
+        ) as raised:
             await pool.start()
+        assert "each worker needs {'CPU': 1.0}; free in the cluster now: {'CPU': 0.0}):" in str(raised.value)
     finally:
         await pool.aclose()
         ray.kill(hog)
+
+
+async def test_the_room_a_start_failure_names_counts_what_the_pools_started_workers_hold():
+    """Free CPUs alone understate the room a pool has when some of its workers started (they hold theirs until
+    the pool gives up): the start failure's message names both."""
+    import ray
+
+    pool = RayPool(SandboxSettings(prewarm=False, **pool_settings(workers=2, cpus_per_worker=0.5)))
+    try:
+        await pool.start()
+        await wait_until(
+            lambda: ray.available_resources().get("CPU") == 3.0, "Ray's view of the workers' CPUs"
+        )
+        room = await pool._own.call(pool._room())
+        assert room == (
+            "each worker needs {'CPU': 0.5}; free in the cluster now: {'CPU': 3.0}, besides the {'CPU': 1.0} "
+            "that the 2 started worker(s) of the pool's 2 hold"
+        )
+    finally:
+        await _closed(pool)
 
 
 async def test_new_settings_retire_the_pool_and_leave_nothing_behind():

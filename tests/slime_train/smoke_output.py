@@ -4,6 +4,8 @@ a saved Sample against what the real server answered.
 The rollout files are slime's ``--save-debug-rollout-data`` (``torch.save`` of ``Sample.to_dict()`` per sample),
 read back into the project's field-for-field copy of slime's ``Sample``. ``requests.jsonl`` is the recording
 proxy's log (``serve.py``): every request slime's router sent the server, in arrival order, with its answer.
+``ray_state.json`` is Ray's account of the smoke's cluster once train.py had exited
+(``scripts/slime_cpu/record_ray_state.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from slime_strands.agent.record import EpisodeRecord
 from slime_strands.settings import PluginSettings
 from slime_strands.testing.slime_types import Sample
 
-__all__ = ["Answer", "ServerLog", "SmokeRun", "served_turns"]
+__all__ = ["Answer", "RayActor", "RayState", "ServerLog", "SmokeRun", "served_turns"]
 
 _STEP_FILE = re.compile(r"rollout_(eval_)?(\d+)\.pt$")
 
@@ -73,6 +75,46 @@ class ServerLog:
         for a in answers:
             by_input[a.input_ids].append(a)
         return cls(tuple(answers), {k: tuple(v) for k, v in by_input.items()}, tuple(aborts))
+
+
+@dataclass(frozen=True)
+class RayActor:
+    """One actor of the smoke's Ray cluster, as Ray's state API reported it after train.py exited."""
+
+    actor_id: str
+    class_name: str
+    state: str
+    pid: int | None
+    job_id: str
+    node_id: str | None
+    required_resources: dict[str, float]
+    process_alive: bool
+    """Whether its process still existed when the state was recorded."""
+
+
+@dataclass(frozen=True)
+class RayState:
+    """The cluster once train.py had exited, before the smoke stopped it."""
+
+    actors: tuple[RayActor, ...]
+    runs: tuple[dict[str, Any], ...]
+    """Every ``SandboxWorker.run`` task Ray recorded (one execution on a pool worker): ``state``, ``actor_id``,
+    ``worker_pid``."""
+    sandbox_processes: tuple[dict[str, Any], ...]
+    """Sandbox interpreters (and their launchers) of the driver venv still alive: ``pid``, ``argv_head``."""
+
+    @classmethod
+    def load(cls, path: Path) -> RayState:
+        raw = json.loads(path.read_text())
+        names = [f.name for f in fields(RayActor)]
+        actors = tuple(
+            RayActor(**{**{k: a[k] for k in names}, "required_resources": a["required_resources"] or {}})
+            for a in raw["actors"]
+        )
+        return cls(actors, tuple(raw["runs"]), tuple(raw["sandbox_processes"]))
+
+    def of_class(self, name: str) -> list[RayActor]:
+        return [a for a in self.actors if a.class_name == name]
 
 
 def served_turns(sample: Any, log: ServerLog, *, masked_before: int = 0) -> list[Answer]:
@@ -132,6 +174,8 @@ class SmokeRun:
     wandb_rows: list[dict[str, Any]]
     """wandb_history.jsonl: every row slime's offline wandb runs logged."""
     settings: PluginSettings
+    ray: RayState
+    """ray_state.json: the cluster after train.py."""
 
     @classmethod
     def load(cls, out: Path) -> SmokeRun:
@@ -157,6 +201,7 @@ class SmokeRun:
             log=ServerLog.load(out / "requests.jsonl"),
             wandb_rows=rows,
             settings=PluginSettings.from_yaml(config["plugin_config"]),
+            ray=RayState.load(out / "ray_state.json"),
         )
 
     def every_sample(self) -> list[Sample]:

@@ -5,7 +5,9 @@ against each episode's record, groups, slime's partial rollout and eval, and the
 The smoke's model writes random tokens under a grammar (``scripts/slime_cpu/smoke_settings.yaml``): it answers
 at once, calls the Python tool then answers, or calls it to the limit, as its own sampling decides. The tests
 check whatever it did against the rules, and that the run covered what it must (a tool call then an answer, a
-continued episode).
+continued episode). The same overlay puts the sandbox on a Ray pool (``sandbox.placement: ray``) inside slime's
+cluster: the tests check by Ray's own account that the model's programs ran on its workers, and that nothing of
+the pool outlived train.py.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import yaml
 from slime_strands.agent.record import RewardRule, Termination
 from slime_strands.reward_norm import post_process_rewards
 from slime_strands.testing.invariants import assert_sample_invariants
-from slime_train.smoke_output import SmokeRun, served_turns
+from slime_train.smoke_output import RayActor, SmokeRun, served_turns
 
 pytestmark = pytest.mark.slime_train
 
@@ -146,8 +148,8 @@ def _arithmetic(expression: str) -> int:
 
 
 def test_episodes_called_the_python_tool_and_then_answered(smoke: SmokeRun) -> None:
-    """The sandbox ran the model's program inside slime's Ray actor: each call's tool response (masked, see above)
-    holds what the program printed."""
+    """The sandbox ran the model's program (inside slime's Ray cluster: its RolloutManager actor, or the pool's
+    workers, below): each call's tool response (masked, see above) holds what the program printed."""
     tool_then_answer = []
     for sample in smoke.every_sample():
         record = SmokeRun.record(sample)
@@ -206,6 +208,66 @@ def test_slime_aborted_episodes_and_continued_them_at_a_later_step(smoke: SmokeR
         assert sum(seams) == record.turns_saved, (sample.index, seams, record.turns_saved)
         assert len(seams) <= record.continuations
         assert all(len(turns[i].input_ids) > prompt_len for i in seams)
+
+
+_POOL_STARTED = re.compile(
+    r"\((?P<actor>\w+) pid=(?P<pid>\d+)\).*slime-strands sandbox: Ray pool of (?P<workers>\d+) workers x "
+    r"(?P<slots>\d+) slots on (?P<nodes>\d+) node\(s\): (?P<where>.*)$",
+    re.MULTILINE,
+)
+# the pool's warning when a worker is lost (and replaced)
+_POOL_WORKER_LOST = re.compile(r"slime-strands sandbox: Ray sandbox worker on .* lost \(")
+
+
+def _pool_workers(smoke: SmokeRun) -> list[RayActor]:
+    if smoke.settings.sandbox.placement != "ray":
+        pytest.skip("a smoke variant with sandbox.placement: local: no Ray pool ran")
+    return smoke.ray.of_class("SandboxWorker")
+
+
+def test_the_sandbox_pool_started_inside_slimes_ray_cluster(smoke: SmokeRun) -> None:
+    """slime's RolloutManager actor started the pool its settings size, in the cluster train.py runs on: its log
+    line (workers x slots on nodes, each worker's pid) against Ray's own record of the workers; none was lost."""
+    workers, pool = _pool_workers(smoke), smoke.settings.sandbox.ray
+    log = (smoke.out / "train.log").read_text()
+    started = list(_POOL_STARTED.finditer(log))
+    assert len(started) == 1, [m.group(0) for m in started]  # one pool for the rollout process, started once
+    line = started[0]
+    (manager,) = smoke.ray.of_class("RolloutManager")
+    assert (line["actor"], int(line["pid"])) == ("RolloutManager", manager.pid)
+    assert (int(line["workers"]), int(line["slots"])) == (pool.workers, pool.slots_per_worker)
+    assert int(line["nodes"]) == len({w.node_id for w in workers}) >= 1
+    logged_pids = sorted(int(pid) for pid in re.findall(r"pid (\d+)", line["where"]))
+    assert logged_pids == sorted(w.pid for w in workers)
+    assert not _POOL_WORKER_LOST.search(log), "a sandbox worker was lost in a healthy run"
+    assert len(workers) == pool.workers  # none replaced
+    wanted = {"CPU": pool.cpus_per_worker} | ({pool.custom_resource: 1.0} if pool.custom_resource else {})
+    for worker in workers:
+        assert worker.job_id == manager.job_id, "the pool's workers belong to train.py's job"
+        assert worker.required_resources == wanted
+
+
+def test_the_models_programs_ran_on_the_pools_workers(smoke: SmokeRun) -> None:
+    """Ray's record of the workers' ``run`` calls: each on one of the pool's workers, and at least one finished
+    call per tool response the saved samples hold (more ran: episodes slime aborted, over-sampled groups)."""
+    workers = {w.actor_id: w.pid for w in _pool_workers(smoke)}
+    runs = smoke.ray.runs
+    assert runs, "Ray recorded no execution on the pool"
+    for run in runs:
+        assert workers.get(run["actor_id"]) == run["worker_pid"], run
+    finished = Counter(run["worker_pid"] for run in runs if run["state"] == "FINISHED")
+    responses = sum(s.response.count("<tool_response>") for s in smoke.every_sample())
+    assert responses > 0
+    assert sum(finished.values()) >= responses, (finished, responses)
+
+
+def test_nothing_of_the_run_outlived_train_py(smoke: SmokeRun) -> None:
+    """Once train.py exited, every actor of the run (slime's, and the sandbox pool's workers it owned) was dead,
+    its process gone, and no sandbox interpreter was left on the machine."""
+    assert smoke.ray.of_class("RolloutManager"), "Ray recorded no actor of the run"
+    for actor in smoke.ray.actors:
+        assert actor.state == "DEAD" and not actor.process_alive, actor
+    assert smoke.ray.sandbox_processes == (), smoke.ray.sandbox_processes
 
 
 def _eval_calls(smoke: SmokeRun) -> list[int]:
@@ -286,4 +348,11 @@ def test_the_smoke_ran_the_recipes_plugin_flags_and_settings(smoke: SmokeRun) ->
         k: v for k, v in recipe_settings.items() if k not in overlay
     }
     for key, value in overlay.items():
-        assert ran[key] == ({**recipe_settings[key], **value} if isinstance(value, dict) else value)
+        assert ran[key] == _overlaid(recipe_settings[key], value), key
+
+
+def _overlaid(recipe: object, overlay: object) -> object:
+    """The recipe's value with the overlay's on top: mappings key by key, anything else replaced."""
+    if isinstance(recipe, dict) and isinstance(overlay, dict):
+        return {**recipe, **{k: _overlaid(recipe.get(k), v) for k, v in overlay.items()}}
+    return overlay

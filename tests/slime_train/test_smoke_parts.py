@@ -1,22 +1,31 @@
 """The CPU smoke's parts that need no run: the tiny model's Megatron flags, the settings overlay, the cpu accelerator
-and the Megatron import stubs of the test harness, and the script's refusals before it builds anything."""
+and the Megatron import stubs of the test harness, the record of sandbox processes left, and the script's refusals
+before it builds anything."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import yaml
+from ray_kit import alive, descendants, wait_until
 from real_sglang.tiny_model import make_tiny_model
+from sandbox_isolation import start_or_skip
+
+from slime_strands.sandbox import Sandbox
+from slime_strands.settings import SandboxSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "scripts" / "slime_cpu_smoke.sh"
 HARNESS = REPO / "tests" / "slime_train" / "harness"
 RENDER = REPO / "scripts" / "slime_cpu" / "render_settings.py"
+RECORD = REPO / "scripts" / "slime_cpu" / "record_ray_state.py"
 
 
 def _model_args() -> dict[str, str | bool]:
@@ -76,6 +85,30 @@ def test_an_overlay_the_plugin_rejects_stops_with_one_line_and_no_file(tmp_path:
     assert result.returncode == 2
     assert "max_tool_iterz" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out.yaml").exists()
+
+
+def _load_script(path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_ray_record_finds_a_live_sandbox_interpreter_and_none_once_it_stopped() -> None:
+    """The smoke's leftover check can fail: record_ray_state.py finds the sandbox processes (interpreter and its
+    isolation launcher) that this python started, while they live, and none of them once the sandbox stopped."""
+    record = _load_script(RECORD)
+    box = Sandbox(SandboxSettings(preload_modules=()))
+    await start_or_skip(box)
+    try:
+        mine = descendants(os.getpid())
+        found = {p["pid"] for p in record._sandbox_processes() if p["pid"] in mine}
+        assert found, "the sandbox's interpreter was not found"
+    finally:
+        await box.aclose()
+    await wait_until(lambda: not any(alive(pid) for pid in found), "the sandbox's processes ending")
+    assert not found & {p["pid"] for p in record._sandbox_processes()}
 
 
 def _slime_source() -> Path:
