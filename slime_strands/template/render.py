@@ -349,19 +349,18 @@ class ChatRenderer(ChatTemplate):
         """The jinja path of :meth:`encode_continuation`: the markup around risky bodies from a masked
         rendering, each body from the real one (a template that trims or escapes bodies is encoded exactly)."""
         risky = [
-            i
+            (i, part)
             for i, m in enumerate(new_messages)
-            if isinstance(m.get("content"), str) and any(t in m["content"] for t in self._control_tokens)
+            for part, body in _bodies(m)
+            if any(t in body for t in self._control_tokens)
         ]
         if not risky:
             return self.encode(text)
-        masked = [
-            {**m, "content": _LITERAL.format(i)} if i in risky else m for i, m in enumerate(new_messages)
-        ]
+        masked = _masked(new_messages, risky)
         rest = self.render_continuation(masked, system=system, tools=tools)
         markup: list[str] = []
-        for i in risky:
-            before, sep, rest = rest.partition(_LITERAL.format(i))
+        for k in range(len(risky)):
+            before, sep, rest = rest.partition(_LITERAL.format(k))
             if not sep:
                 return self._plain(text)
             markup.append(before)
@@ -597,6 +596,30 @@ def _closed_in_place(renderer: ChatRenderer, expected: str, got: str) -> bool:
         expected.startswith(t) and expected[len(t) :] == got[len(closing) :]
         for t in renderer.closing_in_place_texts
     )
+
+
+def _bodies(message: Mapping[str, Any]) -> list[tuple[int | None, str]]:
+    """A message's text bodies: its string content (part None), or each text item of list content (by index)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [(None, content)]
+    if isinstance(content, list):
+        return [
+            (j, str(item.get("text", ""))) for j, item in enumerate(content) if item.get("type") == "text"
+        ]
+    return []
+
+
+def _masked(messages: Sequence[Mapping[str, Any]], bodies: Sequence[tuple[int, int | None]]) -> list[Any]:
+    """``messages`` with the k-th of ``bodies`` replaced by the k-th literal placeholder."""
+    out: list[Any] = [dict(m) for m in messages]
+    for k, (i, part) in enumerate(bodies):
+        if part is None:
+            out[i]["content"] = _LITERAL.format(k)
+        else:
+            items = out[i]["content"] = list(out[i]["content"])
+            items[part] = {**items[part], "text": _LITERAL.format(k)}
+    return out
 
 
 def _slot_items(message: Mapping[str, Any]) -> list[tuple[str, str]]:

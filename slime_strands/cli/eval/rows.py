@@ -99,7 +99,7 @@ def _bounded(error: str | None) -> str | None:
 def _conversation(record: EpisodeRecord) -> list[dict[str, Any]]:
     """The agent's messages in chat-template form, each assistant turn with its reasoning (what a text-based
     framework would keep and re-render)."""
-    messages = to_template_messages(record.messages)
+    messages = to_template_messages(record.messages, images=False)
     reasoning = [_reasoning(m) for m in record.messages if m.get("role") == "assistant"]
     assistants = [m for m in messages if m["role"] == "assistant"]
     for message, text in zip(assistants, reasoning, strict=True):
