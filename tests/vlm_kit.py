@@ -12,47 +12,34 @@ from pathlib import Path
 from typing import Any
 
 from family_kit import TEMPLATES
+from real_sglang.tiny_vl_model import PREPROCESSORS, TEMPLATE_FILES, VL_IDS
 from tokenizer_kit import qwen3_tokenizer_path
 
 from slime_strands.provider.images import Vision
 
-IMAGE_PAD, VISION_START, VISION_END = 151655, 151652, 151653
-"""Qwen-VL's ``config.json``: image_token_id, vision_start_token_id, vision_end_token_id."""
+IMAGE_PAD, VISION_START, VISION_END = (
+    VL_IDS["image_token_id"],
+    VL_IDS["vision_start_token_id"],
+    VL_IDS["vision_end_token_id"],
+)
 
 
 @dataclass(frozen=True)
 class VLFamily:
     name: str
-    template: str
-    processor: dict[str, Any]
-    """The checkpoint's ``preprocessor_config.json`` values."""
+
+    @property
+    def template(self) -> str:
+        return TEMPLATE_FILES[self.name]
+
+    @property
+    def processor(self) -> dict[str, Any]:
+        """The checkpoint's ``preprocessor_config.json`` values, as the image processor's keyword arguments."""
+        return {k: v for k, v in PREPROCESSORS[self.name].items() if not k.endswith(("_type", "_class"))}
 
 
-QWEN25_VL = VLFamily(
-    "qwen2.5-vl",
-    "qwen25_vl.jinja",
-    {
-        "min_pixels": 3136,
-        "max_pixels": 12845056,
-        "patch_size": 14,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "image_mean": [0.48145466, 0.4578275, 0.40821073],
-        "image_std": [0.26862954, 0.26130258, 0.27577711],
-    },
-)
-QWEN3_VL = VLFamily(
-    "qwen3-vl",
-    "qwen3_vl_thinking.jinja",
-    {
-        "size": {"longest_edge": 16777216, "shortest_edge": 65536},
-        "patch_size": 16,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-    },
-)
+QWEN25_VL = VLFamily("qwen2.5-vl")
+QWEN3_VL = VLFamily("qwen3-vl")
 VL_FAMILIES = (QWEN25_VL, QWEN3_VL)
 
 

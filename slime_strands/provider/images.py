@@ -31,7 +31,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, InputError
 
-__all__ = ["ImagePlacement", "TrajectoryImage", "Vision", "image_bytes", "load_vision"]
+__all__ = ["ImagePlacement", "TrajectoryImage", "Vision", "image_block", "image_bytes", "load_vision"]
 
 _FORMATS = {"png": "png", "jpeg": "jpeg", "jpg": "jpeg", "gif": "gif", "webp": "webp"}
 """Strands' image formats (``strands.types.media.ImageFormat``), and the MIME subtype of each."""
@@ -171,6 +171,34 @@ def image_bytes(reference: str) -> bytes:
             f"an image must be a data URI, base64 or an absolute path, got {reference[:40]!r}...: "
             "write images that way in the data (data_prep does)"
         ) from exc
+
+
+def image_block(reference: Any) -> dict[str, Any]:
+    """A Strands image content (``{"format", "source": {"bytes"}}``) from an image as slime's data carries it
+    (see :func:`image_bytes`; a PIL image is saved as PNG)."""
+    if hasattr(reference, "save"):  # a PIL image (slime's process_vision_info hands those)
+        out = io.BytesIO()
+        reference.save(out, format="PNG")
+        return {"format": "png", "source": {"bytes": out.getvalue()}}
+    if not isinstance(reference, str):
+        raise InputError(
+            f"an image must be a data URI, base64, an absolute path or a PIL image, got {type(reference).__name__}"
+        )
+    data = image_bytes(reference)
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            fmt = _FORMATS.get(str(image.format).lower())
+    except (UnidentifiedImageError, OSError) as exc:
+        raise InputError(
+            f"an image of the prompt cannot be read ({exc}): check the data's images column"
+        ) from exc
+    if fmt is None:
+        raise InputError(
+            f"an image of the prompt is {Image.MIME.get(str(image.format))}: use png, jpeg, gif or webp"
+        )
+    return {"format": fmt, "source": {"bytes": data}}
 
 
 def load_vision(model_path: str) -> Vision | None:

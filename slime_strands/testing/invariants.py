@@ -260,3 +260,45 @@ def assert_batch_convertible(samples: Sequence[Any], args: Any) -> None:
             if topk > 1:
                 dead = [layer for layer in range(layers) if not np.count_nonzero(experts[:, layer, :])]
                 assert not dead, f"sample {i}: all-zero routing for layers {dead}"
+
+
+def assert_sample_images(sample: Any, vision: Any) -> None:
+    """What slime's VLM trainer checks of a sample's images (slime 624b824a, ``slime_plugins/models/
+    qwen3_5_vl*.py``: every run of image pads starts after ``<|vision_start|>`` and takes the next grid in
+    order, ``grid_t * grid_h * grid_w // merge**2`` pads long; pads and vision features agree in number; no grid
+    unused), and that ``multimodal_inputs`` holds the same images: ``vision`` is the model's
+    :class:`~slime_strands.provider.images.Vision`."""
+    tokens = list(sample.tokens)
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == vision.image_token_id:
+            start = i
+            while i < len(tokens) and tokens[i] == vision.image_token_id:
+                i += 1
+            runs.append((start, i - start))
+        else:
+            i += 1
+    inputs, train = sample.multimodal_inputs, sample.multimodal_train_inputs
+    if not runs:
+        assert not (inputs and inputs.get("images")) and train is None, (
+            "images for a sample with no image pads"
+        )
+        return
+    assert inputs is not None and inputs.get("videos") is None, (
+        "multimodal_inputs must be {'images', 'videos'}"
+    )
+    assert len(inputs["images"]) == len(runs), f"{len(inputs['images'])} images for {len(runs)} runs of pads"
+    assert train is not None and set(train) == {"pixel_values", "image_grid_thw"}, (
+        "multimodal_train_inputs keys"
+    )
+    grid = np.asarray(train["image_grid_thw"])
+    pixels = np.asarray(train["pixel_values"])
+    assert grid.dtype == np.int64 and grid.shape == (len(runs), 3), (
+        f"image_grid_thw {grid.dtype} {grid.shape}"
+    )
+    assert pixels.dtype == np.float32 and pixels.shape[0] == int(grid.prod(axis=1).sum()), "pixel_values rows"
+    merge = vision.merge_size**2
+    for (start, length), thw in zip(runs, grid.tolist(), strict=True):
+        assert start > 0 and tokens[start - 1] == vision.vision_start_id, "a run of pads without vision_start"
+        assert length == thw[0] * thw[1] * thw[2] // merge, f"a run of {length} pads for grid {thw}"

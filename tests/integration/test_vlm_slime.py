@@ -1,0 +1,101 @@
+"""slime's entry point on a vision-language model: a geometry sample whose prompt holds an image (as slime's
+``--multimodal-keys`` builds it) and whose plotting tool returns a figure. The Sample carries the EXPANDED
+tokens and exactly the images its tokens show, as slime's VLM trainer reads them; a FAILED sample too; a
+partial-rollout checkpoint keeps the images."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from real_sglang.tiny_vl_model import make_tiny_vl_model
+from slime_helpers import Sample, make_args, new_sample, run
+from transformers import AutoTokenizer
+from vlm_kit import IMAGE_PAD, png
+
+from slime_strands.provider.checkpoint import (
+    TrajectoryCheckpoint,
+    checkpoint_reader,
+    read_trajectory,
+    trajectory_data,
+)
+from slime_strands.provider.images import load_vision
+from slime_strands.testing import Fault, SGLangTestServer, Turn
+from slime_strands.testing.invariants import assert_sample_images, assert_trajectory_invariants
+
+pytestmark = pytest.mark.timeout(120)
+
+PROMPT_IMAGE = png(100, 60, seed=3)
+CALL = '<tool_call>\n{"name": "plot", "arguments": {"expression": "x**2"}}\n</tool_call>'
+PATCH_WIDTH = {"qwen2.5-vl": 3 * 2 * 14 * 14, "qwen3-vl": 3 * 2 * 16 * 16}
+
+
+@pytest.fixture(params=["qwen2.5-vl", "qwen3-vl"])
+def vl_model(request, tmp_path):
+    folder = make_tiny_vl_model(tmp_path / request.param, request.param)
+    tokenizer, vision = AutoTokenizer.from_pretrained(str(folder)), load_vision(str(folder))
+    with SGLangTestServer(tokenizer, vision=vision) as server:
+        yield request.param, folder, tokenizer, vision, server
+
+
+def _sample():
+    uri = "data:image/png;base64," + base64.b64encode(PROMPT_IMAGE).decode()
+    return new_sample(
+        [{"role": "user", "content": [{"type": "image", "image": uri}, {"type": "text", "text": "Find x."}]}]
+    )
+
+
+def _args(server, folder):
+    return make_args(
+        server, hf_checkpoint=str(folder), strands={"tools": ["rollout_tools.plot"], "tool_parser": "hermes"}
+    )
+
+
+async def test_the_sample_carries_the_expanded_tokens_and_its_images_for_the_trainer(vl_model):
+    family, folder, _, vision, server = vl_model
+    think = "ok</think>\n\n" if family == "qwen3-vl" else ""
+    out = await run(server, _args(server, folder), _sample(), Turn(think + CALL), Turn(think + "x = 3"))
+    assert out.status == Sample.Status.COMPLETED, out.metadata
+    assert_sample_images(out, vision)
+    images = out.multimodal_inputs["images"]
+    assert [image.size for image in images] == [(100, 60), (64, 64)]  # the prompt's, then the tool's figure
+    pixels, grid = out.multimodal_train_inputs["pixel_values"], out.multimodal_train_inputs["image_grid_thw"]
+    assert pixels.shape[1] == PATCH_WIDTH[family]
+    assert out.tokens.count(IMAGE_PAD) == sum(vision.tokens_of(*image.size) for image in images)
+    loss_mask = out.loss_mask
+    prompt_len = len(out.tokens) - out.response_length
+    assert not any(m for t, m in zip(out.tokens[prompt_len:], loss_mask, strict=True) if t == IMAGE_PAD)
+    sent = [r.body["image_data"] for r in server.generate_requests]
+    assert [len(s) for s in sent] == [1, 2] and sent[1][0] == sent[0][0]
+
+
+async def test_a_failed_sample_keeps_the_images_of_the_prompt_it_keeps(vl_model):
+    _, folder, _, vision, server = vl_model
+    args = _args(server, folder)
+    args.strands["max_retries"] = 0
+    out = await run(server, args, _sample(), Fault(status=500, body={"error": {"message": "boom"}}))
+    assert out.status == Sample.Status.FAILED
+    assert_sample_images(out, vision)
+    assert len(out.multimodal_inputs["images"]) == 1 and out.multimodal_train_inputs[
+        "image_grid_thw"
+    ].shape == (1, 3)
+
+
+async def test_a_checkpoint_of_an_image_trajectory_restores_it_exactly(vl_model):
+    family, _, tokenizer, vision, server = vl_model
+    from helpers import make_model
+    from strands import Agent
+    from vlm_kit import image_block
+
+    think = "ok</think>\n\n" if family == "qwen3-vl" else ""
+    server.script(Turn(think + CALL), Turn(think + "x = 3"))
+    from rollout_tools import plot
+
+    model = make_model(tokenizer, server, vision=vision, tool_parser="hermes")
+    Agent(model=model, tools=[plot], callback_handler=None)([image_block(PROMPT_IMAGE), {"text": "Find x."}])
+    tm = model.token_manager
+    assert_trajectory_invariants(tm, server)
+    saved = trajectory_data(TrajectoryCheckpoint.of(tm))
+    rebuilt = read_trajectory(checkpoint_reader(saved, "trajectory")).rebuild()
+    assert rebuilt.token_ids == tm.token_ids and rebuilt.images == tm.images and len(rebuilt.images) == 2
+    assert rebuilt.wire_ids() == tm.wire_ids()
