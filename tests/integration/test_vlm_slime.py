@@ -61,7 +61,7 @@ async def test_the_sample_carries_the_expanded_tokens_and_its_images_for_the_tra
     assert [image.size for image in images] == [(100, 60), (64, 64)]  # the prompt's, then the tool's figure
     pixels, grid = out.multimodal_train_inputs["pixel_values"], out.multimodal_train_inputs["image_grid_thw"]
     assert pixels.shape[1] == PATCH_WIDTH[family]
-    assert [int(g.prod()) // 4 for g in grid] == [8, 4] if family == "qwen2.5-vl" else [77, 64]
+    assert [int(g.prod()) // 4 for g in grid] == ([8, 4] if family == "qwen2.5-vl" else [77, 64])
     assert out.tokens.count(IMAGE_PAD) == sum(vision.tokens_of(*image.size) for image in images)
     loss_mask = out.loss_mask
     prompt_len = len(out.tokens) - out.response_length
