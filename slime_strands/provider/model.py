@@ -159,6 +159,8 @@ class SGLangModel(Model):
             tokenizer, enable_thinking=enable_thinking, template_kwargs=chat_template_kwargs
         )
         self.tool_parser = select_tool_parser(self._renderer, tool_parser)
+        if vision is not None:  # the template must show images, one placeholder each, incrementally
+            self._renderer.check_images(self._renderer.token_text(vision.image_token_id))
         self.config: SGLangConfig = {
             "context_window_limit": None,
             "model_id": model_id,

@@ -53,7 +53,7 @@ from .facts import (
     probe_conversation,
 )
 
-__all__ = ["ChatRenderer", "TemplateError", "check_incremental", "render_after_base"]
+__all__ = ["ChatRenderer", "TemplateError", "check_images", "check_incremental", "render_after_base"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
@@ -111,6 +111,7 @@ class _TemplateState:
 
 
 _TEMPLATES: PerTokenizer[_TemplateState] = PerTokenizer()
+_IMAGES_CHECKED: PerTokenizer[bool] = PerTokenizer()
 
 
 class ChatRenderer(ChatTemplate):
@@ -144,6 +145,12 @@ class ChatRenderer(ChatTemplate):
         if probe:
             self.facts = replace(self.facts, parallel_calls=check_incremental(self))
         return _TemplateState(self.facts, _Continuations())
+
+    def check_images(self, image_text: str) -> None:
+        """For a vision-language model: check (once per tokenizer, template and mode) that the template renders
+        images incrementally, each as one ``image_text`` (see :func:`check_images`), else raise TemplateError."""
+        key = (template_key(self.tokenizer), repr(sorted(self.template_kwargs.items())), image_text)
+        _IMAGES_CHECKED.get(self.tokenizer, key, functools.partial(check_images, self, image_text))
 
     def probe(self) -> bool:
         """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError;
@@ -496,6 +503,51 @@ def check_incremental(renderer: ChatRenderer) -> bool:
     for i, block_end in itertools.pairwise(assistant_at):
         _check_block(renderer, conversation, (i, block_end), whole, tools)
     return parallel
+
+
+def check_images(renderer: ChatRenderer, image_text: str) -> bool:
+    """Check that a conversation with images (in the first question, in a tool result, in a follow-up question)
+    renders each image as exactly one ``image_text`` and renders incrementally: each block after an assistant
+    turn rendered alone equals what the whole conversation has there. Templates that number images across
+    the conversation (Qwen-VL's ``add_vision_id``: "Picture 3:") or drop the images of tool results fail, with
+    the reason. Returns True (the value cached)."""
+    tools = [PROBE_TOOL]
+    conversation = probe_conversation(calls=2 if renderer.facts.parallel_calls else 1)
+    with_images = {3, 5, len(conversation) - 2}  # the first question, the first result, the follow-up
+    conversation = [
+        {**m, "content": [{"type": "image", "image": None}, {"type": "text", "text": m["content"]}]}
+        if i in with_images
+        else m
+        for i, m in enumerate(conversation)
+    ]
+    try:
+        whole = renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    except TemplateError as exc:
+        raise TemplateError(
+            f"the chat template cannot render images (list content with image items): {exc}"
+        ) from exc
+    if whole.count(image_text) != len(with_images):
+        raise TemplateError(
+            f"the chat template renders {whole.count(image_text)} image placeholders {image_text!r} for "
+            f"{len(with_images)} images (in a user turn, a tool result and a later user turn): each image must "
+            "render as one placeholder, in tool results too, for the server to see it"
+        )
+    assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+    for i, block_end in itertools.pairwise(assistant_at):
+        message = conversation[i]
+        markers = [message["content"]] + [
+            c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
+        ]
+        full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
+        expected = renderer.continuation_after(full, markers)
+        got = renderer.render_continuation(conversation[i + 1 : block_end], system=PROBE_SYSTEM, tools=tools)
+        if got != expected and not _closed_in_place(renderer, expected, got):
+            raise TemplateError(
+                "the chat template renders messages with images differently alone than in the whole "
+                f"conversation ({_around(expected, got)}; a template that numbers images across the "
+                "conversation, such as add_vision_id, does): images cannot be rendered incrementally"
+            )
+    return True
 
 
 def _conversation_rendered(
