@@ -70,6 +70,46 @@ async def test_the_sample_carries_the_expanded_tokens_and_its_images_for_the_tra
     assert [len(s) for s in sent] == [1, 2] and sent[1][0] == sent[0][0]
 
 
+PLOT_CODE = (
+    "import struct, zlib\n"
+    "row = b'\\x00' + b'\\x10\\x80\\xf0' * 48\n"
+    "chunk = lambda k, d: struct.pack('>I', len(d)) + k + d + struct.pack('>I', zlib.crc32(k + d))\n"
+    "ihdr = struct.pack('>IIBBBBB', 48, 40, 8, 2, 0, 0, 0)\n"
+    "png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', ihdr) + chunk(b'IDAT', zlib.compress(row * 40)) + chunk(b'IEND', b'')\n"
+    "open('triangle.png', 'wb').write(png)\n"
+    "print('plotted')"
+)
+
+
+async def test_the_python_tool_returns_the_figure_the_code_saved(vl_model):
+    """The geometry agent's plotting call: the sandbox's Python tool, ``sandbox.return_figures``, the figure
+    the program saved reaches the model as an image and the sample as its second image."""
+    import json
+
+    family, folder, _, vision, server = vl_model
+    think = "ok</think>\n\n" if family == "qwen3-vl" else ""
+    call = (
+        "<tool_call>\n"
+        + json.dumps({"name": "execute_python_code", "arguments": {"code": PLOT_CODE}})
+        + "\n</tool_call>"
+    )
+    args = make_args(
+        server,
+        hf_checkpoint=str(folder),
+        strands={
+            "tools": ["slime_strands.sandbox.execute_python_code"],
+            "tool_parser": "hermes",
+            "sandbox": {"return_figures": True},
+        },
+    )
+    out = await run(server, args, _sample(), Turn(think + call), Turn(think + "x = 3"))
+    assert out.status == Sample.Status.COMPLETED, out.metadata
+    assert_sample_images(out, vision)
+    assert [image.size for image in out.multimodal_inputs["images"]] == [(100, 60), (48, 40)]
+    tool_turn = server.generate_requests[1].body
+    assert len(tool_turn["image_data"]) == 2
+
+
 async def test_a_failed_sample_keeps_the_images_of_the_prompt_it_keeps(vl_model):
     _, folder, _, vision, server = vl_model
     args = _args(server, folder)
