@@ -140,3 +140,45 @@ async def test_a_checkpoint_of_an_image_trajectory_restores_it_exactly(vl_model)
     rebuilt = read_trajectory(checkpoint_reader(saved, "trajectory")).rebuild()
     assert rebuilt.token_ids == tm.token_ids and rebuilt.images == tm.images and len(rebuilt.images) == 2
     assert rebuilt.wire_ids() == tm.wire_ids()
+
+
+async def test_an_image_episode_aborted_by_slime_continues_with_its_images(vl_model, monkeypatch):
+    """Partial rollout: slime aborts while the figure comes back; the ABORTED sample's checkpoint (plain JSON,
+    the conversation's image bytes as base64) goes through slime's buffer and the episode goes on where it
+    stopped, its images the same bytes."""
+    import json
+    import pickle
+
+    import partial_tools
+    from slime_helpers import install_generate_state
+
+    from slime_strands import rollout
+    from slime_strands._slime.partial_rollout import CHECKPOINT_KEY
+    from slime_strands.testing.invariants import assert_sample_matches_server
+
+    family, folder, tokenizer, vision, server = vl_model
+    think = "ok</think>\n\n" if family == "qwen3-vl" else ""
+    state = install_generate_state(monkeypatch, tokenizer)
+    monkeypatch.setitem(partial_tools.FLAG, "state", state)
+    call = CALL.replace('"plot"', '"plot_then_abort"')
+    args = make_args(
+        server,
+        hf_checkpoint=str(folder),
+        partial_rollout=True,
+        strands={"tools": ["partial_tools.plot_then_abort"], "tool_parser": "hermes"},
+    )
+    sample = _sample()
+    server.script(Turn(think + call), Turn(think + "x = 3"), key=sample.session_id)
+    out = await rollout.generate(args, sample, {"max_new_tokens": 256})
+    assert out.status == Sample.Status.ABORTED
+    saved = out.metadata[CHECKPOINT_KEY]
+    assert json.loads(json.dumps(saved)) == saved, "the checkpoint is plain JSON"
+    state.aborted = False
+    out = await rollout.generate(args, pickle.loads(pickle.dumps(out)), {"max_new_tokens": 256})
+    assert out.status == Sample.Status.COMPLETED, out.metadata
+    assert_sample_matches_server(out, server, routing_key=out.session_id)
+    assert_sample_images(out, vision)
+    assert [image.size for image in out.multimodal_inputs["images"]] == [(100, 60), (64, 64)]
+    (continued,) = [r.body for r in server.generate_requests[1:]]
+    assert continued["image_data"][0] == server.generate_requests[0].body["image_data"][0]
+    assert len(continued["image_data"]) == 2
