@@ -182,3 +182,36 @@ async def test_an_image_episode_aborted_by_slime_continues_with_its_images(vl_mo
     (continued,) = [r.body for r in server.generate_requests[1:]]
     assert continued["image_data"][0] == server.generate_requests[0].body["image_data"][0]
     assert len(continued["image_data"]) == 2
+
+
+async def test_a_compacted_image_episode_fans_out_each_sample_with_its_own_images(tmp_path):
+    """Fan-out: a sliding window rewrites the conversation of an episode whose tool returns a figure every turn;
+    each segment is a sample holding exactly the images of its own tokens (the pinned prompt's figure re-rendered
+    in every later segment), as slime's VLM trainer checks them."""
+    folder = make_tiny_vl_model(tmp_path / "qwen2.5-vl", "qwen2.5-vl")
+    tokenizer, vision = AutoTokenizer.from_pretrained(str(folder)), load_vision(str(folder))
+    with SGLangTestServer(tokenizer, vision=vision, context_length=640) as server:
+        args = make_args(
+            server,
+            hf_checkpoint=str(folder),
+            strands={
+                "tools": ["rollout_tools.plot"],
+                "tool_parser": "hermes",
+                "max_tool_iters": None,
+                "context_management": "sliding_window",
+            },
+            custom_rm_path="slime_strands.reward.math_reward",
+        )
+        sample = _sample()
+        server.script(*[Turn(CALL)] * 14, Turn("x = 3"), key=sample.session_id)
+        from slime_strands import rollout
+
+        out = await rollout.generate(args, sample, {"max_new_tokens": 4096})
+    assert isinstance(out, list) and len(out) >= 2, [s.metadata["strands"] for s in out]
+    assert all(s.status == Sample.Status.COMPLETED for s in out), [s.status for s in out]
+    for segment in out:
+        assert_sample_images(segment, vision)
+        sizes = [image.size for image in segment.multimodal_inputs["images"]]
+        assert sizes[0] == (100, 60) and set(sizes[1:]) <= {(64, 64)}, sizes
+    counts = [len(s.multimodal_inputs["images"]) for s in out]
+    assert sum(counts) > len(out) and max(counts) < 15, counts  # no sample holds the whole episode's figures
