@@ -33,6 +33,10 @@ from ..errors import ConfigurationError, InputError
 
 __all__ = ["ImagePlacement", "TrajectoryImage", "Vision", "image_block", "image_bytes", "load_vision"]
 
+_OVERSIZE = 4
+"""An image of more than this many times the processor's largest resized area is refused: the processor would
+shrink it anyway, and decoding it (here for the trainer, on the server for the model) costs its full size (a
+small PNG can claim 20,000 x 20,000 pixels)."""
 _FORMATS = {"png": "png", "jpeg": "jpeg", "jpg": "jpeg", "gif": "gif", "webp": "webp"}
 """Strands' image formats (``strands.types.media.ImageFormat``), and the MIME subtype of each."""
 
@@ -110,6 +114,14 @@ class Vision:
             raise InputError(
                 f"an image block's bytes are not a {fmt} image ({exc}): send the file's bytes"
             ) from exc
+        limit = _OVERSIZE * int(
+            getattr(getattr(self.image_processor, "size", None), "longest_edge", None) or 1 << 24
+        )
+        if size[0] * size[1] > limit:
+            raise InputError(
+                f"an image of {size[0]} x {size[1]} pixels is more than {limit:,} pixels: save it smaller "
+                "(the model sees it resized to the processor's largest area anyway)"
+            )
         uri = f"data:image/{fmt};base64,{base64.b64encode(data).decode('ascii')}"
         return TrajectoryImage(uri, self.tokens_of(*size), size)
 

@@ -59,8 +59,26 @@ def test_a_bad_image_is_one_clear_line():
         vision.image({"format": "png", "source": {"bytes": b"not an image"}})
     with pytest.raises(InputError, match="needs a format"):
         vision.image({"format": "bmp", "source": {"bytes": IMAGE}})
+    with pytest.raises(InputError, match="more than 51,380,224 pixels"):
+        vision.image(image_block(_huge_png())["image"])  # a few kB claiming 8,000 x 8,000 pixels
     with pytest.raises(InputError, match="data URI, base64 or an absolute path"):
         image_bytes("images/x.png")
+
+
+def _huge_png() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 8000, 8000, 8, 0, 0, 0, 0)  # grey, never decoded: only its size is read
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b""))
+        + chunk(b"IEND", b"")
+    )
 
 
 def test_slime_image_references_become_strands_image_blocks(tmp_path):
