@@ -47,7 +47,7 @@ from ..tool_parsers import AUTO, ToolParser, ToolSchemas
 from .budgets import MIN_GENERATION_ROOM, ResponseBudgetExhaustedError, TurnBudget, TurnBudgets
 from .checkpoint import ModelCheckpoint, PendingTurn
 from .client import GenerateResult, SGLangClient, SGLangContextLengthError, TokenIdsJSON
-from .images import ImagePlacement, Vision
+from .images import TrajectoryImage, Vision
 from .malformed_calls import MalformedCallHook
 from .model_stats import ModelStats, TurnCut
 from .offload import offload
@@ -303,7 +303,12 @@ class SGLangModel(Model):
 
         started = time.perf_counter()
         result, cut = await self._send_turn(
-            params, delta_json, len(delta_ids), continued, len(so_far), [*tm.images, *images]
+            params,
+            delta_json,
+            len(delta_ids),
+            continued,
+            len(so_far),
+            [p.image for p in (*tm.images, *images)],
         )
         elapsed = time.perf_counter() - started
         if delta_ids:
@@ -414,7 +419,7 @@ class SGLangModel(Model):
         delta_len: int,
         continued: PendingTurn | None,
         spent: int,
-        images: Sequence[ImagePlacement],
+        images: Sequence[TrajectoryImage],
     ) -> tuple[GenerateResult, TurnBudget]:
         """Send the turn sized to the budgets; returns the answer and the turn's budget (how a ``length`` finish
         of it ends the episode). A ``continued`` turn (an abort cut it after ``spent`` tokens) asks for the rest
@@ -445,8 +450,8 @@ class SGLangModel(Model):
                     return_routed_experts=self.config["return_routed_experts"],
                     routed_experts_start_len=_routing_rows_held(tm),
                     abort_retries=self.config["abort_retries"],
-                    image_data=[p.image.data_uri for p in images],
-                    image_tokens=sum(p.image.tokens - 1 for p in images),
+                    image_data=[image.data_uri for image in images],
+                    image_tokens=sum(image.tokens - 1 for image in images),
                 )
             except SGLangContextLengthError as exc:
                 if exc.window is None or refusals >= self.client.retry.context_resends:
