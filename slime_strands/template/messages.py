@@ -5,8 +5,8 @@ Every content block is kept (text joined, tool results flattened to their text),
 is what the agent saw. A message or tool result holding images gets list content instead, in block order:
 ``{"type": "image", "image": <the Strands image content>}`` and ``{"type": "text", "text": ...}`` items, the
 form Qwen-VL templates render (one ``<|vision_start|><|image_pad|><|vision_end|>`` per image item); a message
-without images keeps its string content, byte for byte as before. The model renders new messages with these each turn; the eval writes a trajectory row's
-conversation with them.
+without images keeps its string content, byte for byte as before. The model renders new messages with these
+each turn; the eval writes a trajectory row's conversation with them.
 """
 
 from __future__ import annotations
@@ -49,6 +49,17 @@ def tool_result_text(result: Mapping[str, Any]) -> str:
     return "\n".join(
         value if kind == "text" else IMAGE_TEXT for kind, value in _result_parts(result, images=True)
     )
+
+
+def _message_parts(blocks: Sequence[Mapping[str, Any]], *, images: bool) -> list[tuple[str, Any]]:
+    """A user message's text and image blocks, in order (its tool results are messages of their own)."""
+    parts: list[tuple[str, Any]] = []
+    for block in blocks:
+        if "text" in block:
+            parts.append(("text", str(block["text"])))
+        elif "image" in block:
+            parts.append(("image", block["image"]) if images else ("text", IMAGE_TEXT))
+    return parts
 
 
 def _result_parts(result: Mapping[str, Any], *, images: bool) -> list[tuple[str, Any]]:
@@ -106,15 +117,6 @@ def to_template_messages(
         role = message.get("role")
         blocks = message.get("content") or []
         texts = [str(b["text"]) for b in blocks if "text" in b]
-        parts: list[tuple[str, Any]] = [
-            ("text", str(b["text"]))
-            if "text" in b
-            else ("image", b["image"])
-            if images
-            else ("text", IMAGE_TEXT)
-            for b in blocks
-            if "text" in b or "image" in b
-        ]
         if role == "assistant":
             calls = [
                 {
@@ -133,6 +135,7 @@ def to_template_messages(
         if role != "user":
             raise TemplateError(f"unsupported message role {role!r}")
         results = [b["toolResult"] for b in blocks if "toolResult" in b]
+        parts = _message_parts(blocks, images=images)
         if tool_order:
             rank = {tool_id: i for i, tool_id in enumerate(tool_order)}
             results.sort(key=lambda r: rank.get(r.get("toolUseId", ""), len(rank)))
