@@ -14,7 +14,7 @@ def qwen3_tokenizer_path() -> str:
     if override:
         return override
     from slime_strands.cli.errors import CommandError
-    from slime_strands.cli.tokenizer_loading import demo_tokenizer_folder
+    from slime_strands.template.tokenizer_loading import demo_tokenizer_folder
 
     try:
         return demo_tokenizer_folder()  # the `--tokenizer qwen3-demo` files

@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Sequence
 
 from ..cli.errors import EXIT_INTERRUPTED, CommandError
-from ..cli.tokenizer_loading import DEMO_TOKENIZER
+from ..template.tokenizer_loading import DEMO_TOKENIZER
 from .demo_server import DemoServerOptions, serve
 
 _PROG = "python -m slime_strands.testing"
