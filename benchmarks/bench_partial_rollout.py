@@ -25,7 +25,6 @@ import random
 import subprocess
 import sys
 import time
-import types
 import uuid
 from typing import Any
 
@@ -41,10 +40,10 @@ def _add_call(i: int) -> str:
 
 def _args(server: Any, opts: argparse.Namespace, resume: bool) -> Any:
     from conftest import qwen3_tokenizer_path
+    from slime_helpers import router_flags, slime_args
 
-    host, port = server.base_url.removeprefix("http://").split(":")
-    return types.SimpleNamespace(
-        sglang_router_ip=host, sglang_router_port=int(port), hf_checkpoint=qwen3_tokenizer_path(),
+    return slime_args(
+        **router_flags(server), hf_checkpoint=qwen3_tokenizer_path(),
         rollout_max_response_len=8192, rollout_max_context_len=None, rollout_temperature=1.0, rollout_top_p=1.0,
         rollout_top_k=-1, rollout_stop=None, rollout_stop_token_ids=None, rollout_skip_special_tokens=False,
         sglang_server_concurrency=256, rollout_num_gpus=1, rollout_num_gpus_per_engine=1, sglang_dp_size=1,

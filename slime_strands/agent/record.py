@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SlimeStrandsError
 from ..settings import COMPACTION_STRATEGIES
+from ..strict_reader import StrictReader
 
 if TYPE_CHECKING:
-    from ..provider.checkpoint import EpisodeCheckpoint
     from ..provider.token_manager import TokenManager
+    from .checkpoint import EpisodeCheckpoint
 
 __all__ = [
     "METADATA_KEY",
@@ -162,26 +163,12 @@ class SegmentRecord:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_SAVED}
 
     @classmethod
-    def from_dict(cls, data: Any) -> SegmentRecord:
-        if not isinstance(data, Mapping):
-            raise MalformedRecordError(f"a segment must be a mapping, got {data!r}")
-        names = {f.name for f in dataclasses.fields(cls) if f.name not in _NOT_SAVED}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise MalformedRecordError(f"unknown segment key(s) {unknown}")
-        required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
-        missing = sorted(required - set(data))
-        if missing:
-            raise MalformedRecordError(f"segment key(s) {missing} missing")
-        values: dict[str, Any] = {}
-        for name, value in data.items():
-            if name in _SEGMENT_TEXT:
-                if not isinstance(value, str):
-                    raise MalformedRecordError(f"segment {name} must be a string, got {value!r}")
-                values[name] = value
-            else:
-                values[name] = _checked(name, value)
-        return cls(**values)
+    def from_dict(cls, data: Any, where: str = "segment") -> SegmentRecord:
+        """Read back :meth:`to_dict`; raises :class:`MalformedRecordError` on anything else."""
+        d = StrictReader(data, where, MalformedRecordError)
+        segment = cls(**d.scalars(cls, defaults=True, skip=_NOT_SAVED))
+        d.done()
+        return segment
 
 
 @dataclass(frozen=True)
@@ -313,21 +300,18 @@ class EpisodeRecord:
         """Read back :meth:`to_metadata`; raises :class:`MalformedRecordError` on anything else. With
         ``unknown_keys`` a key this version does not know is ignored (a counter a later version added, in a
         file it wrote) instead of refused."""
-        if not isinstance(data, Mapping):
-            raise MalformedRecordError(f"expected a mapping, got {type(data).__name__}")
-        names = {f.name: f for f in dataclasses.fields(cls) if f.name not in _NOT_SAVED}
-        unknown = sorted(set(data) - set(names))
-        if unknown and unknown_keys:
-            data = {name: value for name, value in data.items() if name in names}
-        elif unknown:
-            raise MalformedRecordError(f"unknown episode record key(s) {unknown}")
-        if "termination" not in data:
-            raise MalformedRecordError("an episode record needs a termination")
-        values = {name: _checked(name, value) for name, value in data.items()}
-        try:
-            values["termination"] = Termination(values["termination"])
-        except (ValueError, TypeError):
-            raise MalformedRecordError(f"unknown termination {values['termination']!r}") from None
+        d = StrictReader(data, "episode record", MalformedRecordError)
+        values = d.scalars(cls, defaults=True, skip=_NOT_SAVED)
+        values["termination"] = d.choice("termination", Termination)
+        if d.has("parse_errors"):
+            values["parse_errors"] = d.counts("parse_errors")
+        if d.has("segments"):
+            values["segments"] = [
+                SegmentRecord.from_dict(item, f"{d.where}.segments[{i}]")
+                for i, item in enumerate(d.items("segments"))
+            ]
+        if not unknown_keys:
+            d.done()
         record = cls(**values)
         if record.segment is not None and not 0 <= record.segment < len(record.segments):
             raise MalformedRecordError(
@@ -353,44 +337,6 @@ class EpisodeRecord:
 
 
 _NOT_SAVED = frozenset({"trajectory", "response", "system_prompt", "messages", "checkpoint"})
-_OPTIONAL_STR = frozenset({"error"})
-_OPTIONAL_INT = frozenset({"final_turn_chars", "segment"})
-_SEGMENT_TEXT = frozenset({"kind", "opened_by", "closed_by", "status", "name"})
-
-
-def _checked(name: str, value: Any) -> Any:
-    """One saved field, type-checked (a record that does not type-check is malformed, not half-read)."""
-    if name == "termination":
-        return value
-    if name == "segments":
-        if not isinstance(value, list):
-            raise MalformedRecordError(f"segments must be a list, got {value!r}")
-        return [SegmentRecord.from_dict(item) for item in value]
-    if name == "parse_errors":
-        if not isinstance(value, Mapping) or not all(_is_int(v) for v in value.values()):
-            raise MalformedRecordError(f"parse_errors must map kinds to counts, got {value!r}")
-        return {str(k): int(v) for k, v in value.items()}
-    if name in _OPTIONAL_STR:
-        if value is not None and not isinstance(value, str):
-            raise MalformedRecordError(f"{name} must be a string or null, got {value!r}")
-        return value
-    if name == "evaluation":
-        if not isinstance(value, bool):
-            raise MalformedRecordError(f"evaluation must be a boolean, got {value!r}")
-        return value
-    if name in _OPTIONAL_INT and value is None:
-        return None
-    if name.endswith("_s"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise MalformedRecordError(f"{name} must be a number, got {value!r}")
-        return float(value)
-    if not _is_int(value):
-        raise MalformedRecordError(f"{name} must be an integer, got {value!r}")
-    return value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def has_malformed_record(sample: Any) -> bool:

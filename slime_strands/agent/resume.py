@@ -15,7 +15,7 @@ consistent:
 * **a compaction's summary turn**: the compaction is pending and completes on continue.
 
 :func:`capture` turns the parts of an aborted episode into an
-:class:`~slime_strands.provider.checkpoint.EpisodeCheckpoint`; :func:`restore` puts one back into freshly built parts,
+:class:`~slime_strands.agent.checkpoint.EpisodeCheckpoint`; :func:`restore` puts one back into freshly built parts,
 after which the agent is invoked with no prompt: Strands runs the tools of a trailing tool-use message, or
 calls the model (which continues a pending turn).
 
@@ -38,16 +38,10 @@ from strands.hooks import AfterToolsEvent, BeforeModelCallEvent, BeforeToolsEven
 from strands.middleware import ExecuteToolContext, ToolResultEvent
 
 from ..provider.abort_signal import AbortSignal
-from ..provider.checkpoint import (
-    EpisodeCheckpoint,
-    MalformedCheckpointError,
-    PendingTurn,
-    ToolCounters,
-    TrajectoryCheckpoint,
-    check_plain,
-)
+from ..provider.checkpoint import MalformedCheckpointError, PendingTurn, TrajectoryCheckpoint, check_plain
 from ..provider.token_manager import TokenManager
 from ..settings import COMPACTION_STRATEGIES
+from .checkpoint import EpisodeCheckpoint, ToolCounters
 from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
 from .record import TREATMENTS, MalformedRecordError, SegmentRecord
@@ -83,9 +77,9 @@ class AbortGuard(StopWhen):
     Register it BEFORE the :class:`ToolLimiter` (it notes the counters before the limiter counts a batch), and
     :meth:`kill_on_abort` as the agent's ``ExecuteToolStage`` middleware."""
 
-    def __init__(self, signal: AbortSignal, limiter: ToolLimiter, tool_time: _ToolTime) -> None:
-        super().__init__(signal, _ABORT_REASON)
-        self.signal = signal
+    def __init__(self, abort_signal: AbortSignal, limiter: ToolLimiter, tool_time: _ToolTime) -> None:
+        super().__init__(abort_signal, _ABORT_REASON)
+        self.abort_signal = abort_signal
         self._limiter = limiter
         self._tool_time = tool_time
         self.cut: int | None = None
@@ -138,7 +132,7 @@ class AbortGuard(StopWhen):
                 events.put_nowait(_END)
 
         runner = asyncio.ensure_future(drain())
-        aborted = asyncio.ensure_future(self.signal.wait())
+        aborted = asyncio.ensure_future(self.abort_signal.wait())
         result = None  # held back until the call ends: it is only the result if slime has not aborted by then
         try:
             while True:
@@ -149,7 +143,7 @@ class AbortGuard(StopWhen):
                     break
                 item = getter.result()
                 if item is _END:
-                    if self.signal():
+                    if self.abort_signal():
                         break
                     await runner  # the call's own exception, if it raised
                     if result is not None:

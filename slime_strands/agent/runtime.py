@@ -27,7 +27,7 @@ from ..provider.client import SGLangClient
 from ..settings import PluginSettings
 from ..template.render import ChatRenderer
 
-__all__ = ["Runtime", "import_tools", "raise_gc_threshold"]
+__all__ = ["Runtime", "client_for", "import_tools", "raise_gc_threshold"]
 
 
 class Runtime:
@@ -121,6 +121,17 @@ class Runtime:
         probe = functools.partial(ChatRenderer, tokenizer, template_kwargs=kwargs)
         await asyncio.get_running_loop().run_in_executor(None, probe)  # TemplateError is a ConfigurationError
         self._checked_templates.add(key)
+
+
+def client_for(settings: PluginSettings, base_url: str, *, max_connections: int) -> SGLangClient:
+    """The client of a configuration: its request timeout and retry policy from the settings (the one place the
+    plugin builds one: slime's rollout and ``slime-strands eval`` alike)."""
+    return SGLangClient(
+        base_url,
+        max_connections=max_connections,
+        timeout=settings.request_timeout_s,
+        retry=settings.retry_policy,
+    )
 
 
 def import_tools(settings: PluginSettings) -> list[Any]:

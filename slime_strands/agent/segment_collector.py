@@ -17,10 +17,11 @@ import dataclasses
 import itertools
 from collections.abc import Sequence
 
-from ..provider.checkpoint import SegmentCheckpoint, TrajectoryCheckpoint
+from ..provider.checkpoint import TrajectoryCheckpoint
 from ..provider.model import SGLangModel
 from ..provider.model_stats import ModelStats
 from ..provider.token_manager import TokenManager
+from .checkpoint import SegmentCheckpoint
 from .record import TREATMENTS, SegmentRecord, Termination
 
 __all__ = ["COLLECTOR_KEY", "SegmentCollector"]

@@ -73,7 +73,7 @@ def subagent_tool(
             )
         model = parent.spawn()
         limiter = ToolLimiter(max_tool_iters=max_tool_iters, max_tool_calls=max_tool_calls)
-        abort = model.config["abort_expected"]
+        abort = model.config["abort_signal"]
         guard = StopWhen(abort, "slime aborted the rollout") if abort is not None else None
         agent = build_agent(
             model,

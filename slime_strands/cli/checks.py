@@ -1,7 +1,7 @@
 """``slime-strands check-template``: everything token-in/token-out needs from a tokenizer, as a report.
 
-The facts and the checks are the template probe's (:mod:`slime_strands.template.probe`); this module only
-runs them without raising and says what they found, per thinking mode.
+The facts and the checks are the template layer's (``template/facts.py``, ``render.py``, ``probe.py``); this
+module only runs them without raising and says what they found, per thinking mode.
 """
 
 from __future__ import annotations

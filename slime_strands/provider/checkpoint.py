@@ -1,18 +1,12 @@
-"""The saved state of an aborted agent episode: frozen plain-data records and their (de)serialisation.
+"""The model's part of a partial-rollout checkpoint: its token trajectory and its state between turns, as
+frozen plain-data records, and their (de)serialisation.
 
-When slime aborts a rollout (``--partial-rollout``), an episode in flight stops and its sample goes back to
-slime's buffer; at a later rollout step ``generate`` is called with it again and the episode continues where
-it stopped (``slime_strands.agent.resume`` captures and restores it). An :class:`EpisodeCheckpoint` is everything
-the continuation needs and nothing else: the Strands conversation (tool results included), every token
-trajectory of the episode (the open one and the segments a compaction or a sub-agent closed) with the
-server's per-turn answers (logprobs, top-p spans, routed-expert rows, weight versions), the model's state
-between turns (a turn cut mid-generation included), the tool-limit counters and the compaction state.
-
-No tokenizer, model or agent object: :meth:`EpisodeCheckpoint.to_data` gives only ``str`` / ``int`` /
-``float`` / ``bool`` / ``None`` / ``list`` / ``dict`` values (it survives JSON, pickling across a Ray hop and
-slime's buffer), token ids as base64 int32 and logprobs as base64 float64 (exact, ~5 and ~11 bytes a token).
-:meth:`EpisodeCheckpoint.from_data` reads it back strictly: anything else is a
-:class:`MalformedCheckpointError`, never a half-read checkpoint.
+An aborted episode's checkpoint (``slime_strands.agent.checkpoint.EpisodeCheckpoint``) holds the model's
+trajectories as :class:`TrajectoryCheckpoint` s and what it knows between turns as a :class:`ModelCheckpoint`
+(a turn an abort cut mid-generation included: :class:`PendingTurn`); the model saves and restores them
+(``SGLangModel.checkpoint_state`` / ``restore_state``). Only plain JSON values: token ids as base64 int32 and
+logprobs as base64 float64 (exact, ~5 and ~11 bytes a token). Read back strictly (:func:`checkpoint_reader`):
+anything else is a :class:`MalformedCheckpointError`, never a half-read checkpoint.
 """
 
 from __future__ import annotations
@@ -27,23 +21,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SlimeStrandsError
+from ..strict_reader import StrictReader, is_int
 from .model_stats import ModelStats, TurnCut
 from .token_manager import SpanKind, TokenManager, TurnInfo, count_turns
 
 __all__ = [
-    "CHECKPOINT_VERSION",
-    "EpisodeCheckpoint",
     "MalformedCheckpointError",
     "ModelCheckpoint",
     "PendingTurn",
-    "SegmentCheckpoint",
-    "ToolCounters",
     "TrajectoryCheckpoint",
     "check_plain",
+    "checkpoint_reader",
+    "model_data",
+    "read_model",
+    "read_stats",
+    "read_trajectory",
+    "stats_data",
+    "trajectory_data",
 ]
 
-CHECKPOINT_VERSION = 1
-"""Bumped when the saved layout changes; a checkpoint of another version is not continued."""
 _KINDS: tuple[SpanKind, ...] = ("prompt", "observation", "generated")
 _LITTLE = sys.byteorder == "little"
 
@@ -113,18 +109,6 @@ class TrajectoryCheckpoint:
 
 
 @dataclass(frozen=True)
-class SegmentCheckpoint:
-    """A trajectory segment the episode had closed (a compaction, a collected sub-agent)."""
-
-    kind: str
-    opened_by: str
-    closed_by: str
-    status: str
-    name: str
-    trajectory: TrajectoryCheckpoint
-
-
-@dataclass(frozen=True)
 class PendingTurn:
     """A model call the abort cut after its input was appended to the trajectory: the next call continues it."""
 
@@ -152,117 +136,6 @@ class ModelCheckpoint:
     """The model's counters (a copy)."""
 
 
-@dataclass(frozen=True)
-class ToolCounters:
-    """The tool limiter's and the tool statistics' counters."""
-
-    tool_iters: int = 0
-    tool_calls: int = 0
-    tool_errors: int = 0
-    tool_time_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class EpisodeCheckpoint:
-    """Everything an aborted episode needs to continue; see the module docstring."""
-
-    system_prompt: str | None
-    messages: tuple[Mapping[str, Any], ...]
-    """The agent's conversation up to where the abort left it consistent (Strands messages, plain data)."""
-    trajectory: TrajectoryCheckpoint
-    """The main agent's open segment."""
-    opened_by: str
-    """How that segment was opened (``prompt`` or a compaction strategy)."""
-    closed: tuple[SegmentCheckpoint, ...]
-    model: ModelCheckpoint
-    tools: ToolCounters
-    subagents: tuple[ModelStats, ...] = ()
-    """Counters of the collected sub-agents whose segments are in ``closed``."""
-    compaction_pending: bool | None = None
-    """A compaction the abort cut (its summary turn pending): its ``overflowed`` flag; None: none."""
-    continuations: int = 0
-    """Times the episode had been continued before this checkpoint was taken."""
-    turns_saved: int = 0
-    """Turns the earlier continuations did not generate again (summed over them)."""
-    version: int = CHECKPOINT_VERSION
-
-    @property
-    def turns(self) -> int:
-        """Generated turns the checkpoint carries (main and collected sub-agents, summaries included)."""
-        return self.trajectory.turn_count + sum(s.trajectory.turn_count for s in self.closed)
-
-    def to_data(self) -> dict[str, Any]:
-        """Plain JSON types (see the module docstring)."""
-        return {
-            "version": self.version,
-            "system_prompt": self.system_prompt,
-            "messages": [dict(m) for m in self.messages],
-            "trajectory": _trajectory_data(self.trajectory),
-            "opened_by": self.opened_by,
-            "closed": [
-                {
-                    "kind": s.kind,
-                    "opened_by": s.opened_by,
-                    "closed_by": s.closed_by,
-                    "status": s.status,
-                    "name": s.name,
-                    "trajectory": _trajectory_data(s.trajectory),
-                }
-                for s in self.closed
-            ],
-            "model": _model_data(self.model),
-            "tools": {
-                "tool_iters": self.tools.tool_iters,
-                "tool_calls": self.tools.tool_calls,
-                "tool_errors": self.tools.tool_errors,
-                "tool_time_s": self.tools.tool_time_s,
-            },
-            "subagents": [_counters_data(c) for c in self.subagents],
-            "compaction_pending": self.compaction_pending,
-            "continuations": self.continuations,
-            "turns_saved": self.turns_saved,
-        }
-
-    @classmethod
-    def from_data(cls, data: Any) -> EpisodeCheckpoint:
-        """Read back :meth:`to_data`; raises :class:`MalformedCheckpointError` on anything else."""
-        d = _Reader(data, "checkpoint")
-        version = d.integer("version")
-        if version != CHECKPOINT_VERSION:
-            raise MalformedCheckpointError(
-                f"checkpoint version {version}, this code reads {CHECKPOINT_VERSION}"
-            )
-        messages = d.items("messages")
-        if not messages:  # an episode is aborted after its prompt is in the conversation: never before
-            raise MalformedCheckpointError(
-                "checkpoint: no messages (an episode goes on from its conversation)"
-            )
-        for i, message in enumerate(messages):
-            _check_message(message, f"messages[{i}]")
-        tools = d.sub("tools")
-        checkpoint = cls(
-            system_prompt=d.optional_text("system_prompt"),
-            messages=tuple(messages),
-            trajectory=_read_trajectory(d.sub("trajectory")),
-            opened_by=d.text("opened_by"),
-            closed=tuple(_read_segment(_Reader(s, "closed segment")) for s in d.items("closed")),
-            model=_read_model(d.sub("model")),
-            tools=ToolCounters(
-                tools.integer("tool_iters"),
-                tools.integer("tool_calls"),
-                tools.integer("tool_errors"),
-                tools.number("tool_time_s"),
-            ),
-            subagents=tuple(_read_counters(_Reader(c, "subagent counters")) for c in d.items("subagents")),
-            compaction_pending=d.optional_flag("compaction_pending"),
-            continuations=d.integer("continuations"),
-            turns_saved=d.integer("turns_saved"),
-        )
-        tools.done()
-        d.done()
-        return checkpoint
-
-
 # -- writing ---------------------------------------------------------------------------------------------
 
 
@@ -285,7 +158,7 @@ def _unpack(typecode: str, text: str) -> list[Any]:
     return values.tolist()
 
 
-def _trajectory_data(t: TrajectoryCheckpoint) -> dict[str, Any]:
+def trajectory_data(t: TrajectoryCheckpoint) -> dict[str, Any]:
     return {
         "kinds": list(t.kinds),
         "lengths": list(t.lengths),
@@ -305,14 +178,14 @@ def _trajectory_data(t: TrajectoryCheckpoint) -> dict[str, Any]:
     }
 
 
-def _counters_data(stats: ModelStats) -> dict[str, Any]:
+def stats_data(stats: ModelStats) -> dict[str, Any]:
     data = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats)}
     data["parse_errors"] = dict(stats.parse_errors)
     data["last_cut"] = None if stats.last_cut is None else stats.last_cut.value
     return data
 
 
-def _model_data(m: ModelCheckpoint) -> dict[str, Any]:
+def model_data(m: ModelCheckpoint) -> dict[str, Any]:
     pending = m.pending
     return {
         "messages_seen": m.messages_seen,
@@ -327,115 +200,31 @@ def _model_data(m: ModelCheckpoint) -> dict[str, Any]:
         "last_tool_ids": list(m.last_tool_ids),
         "call_errors": {k: list(v) for k, v in m.call_errors.items()},
         "template_ids": dict(m.template_ids),
-        "counters": _counters_data(m.counters),
+        "counters": stats_data(m.counters),
     }
 
 
 # -- reading ---------------------------------------------------------------------------------------------
 
 
-class _Reader:
-    """Typed, strict access to one saved mapping: every key read once, nothing unknown left over."""
-
-    def __init__(self, data: Any, where: str) -> None:
-        if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
-            raise MalformedCheckpointError(f"{where}: expected a mapping, got {type(data).__name__}")
-        self.data: Mapping[str, Any] = data
-        self.where = where
-        self.read: set[str] = set()
-
-    def get(self, key: str) -> Any:
-        if key not in self.data:
-            raise MalformedCheckpointError(f"{self.where}: {key!r} missing")
-        self.read.add(key)
-        return self.data[key]
-
-    def _typed(self, key: str, types: tuple[type, ...], name: str, optional: bool = False) -> Any:
-        value = self.get(key)
-        if (value is None and optional) or (
-            isinstance(value, types) and not (bool not in types and isinstance(value, bool))
-        ):
-            return value
-        raise MalformedCheckpointError(f"{self.where}.{key}: expected {name}, got {value!r:.80}")
-
-    def integer(self, key: str) -> int:
-        value: int = self._typed(key, (int,), "an integer")
-        if value < 0:
-            raise MalformedCheckpointError(f"{self.where}.{key}: negative")
-        return value
-
-    def number(self, key: str) -> float:
-        return float(self._typed(key, (int, float), "a number"))
-
-    def text(self, key: str) -> str:
-        value: str = self._typed(key, (str,), "a string")
-        return value
-
-    def optional_text(self, key: str) -> str | None:
-        value: str | None = self._typed(key, (str,), "a string or null", optional=True)
-        return value
-
-    def cut(self, key: str) -> TurnCut:
-        value = self.text(key)
-        try:
-            return TurnCut(value)
-        except ValueError:
-            raise MalformedCheckpointError(f"{self.where}.{key}: not a turn cut: {value!r:.80}") from None
-
-    def optional_cut(self, key: str) -> TurnCut | None:
-        return None if self.get(key) is None else self.cut(key)
-
-    def optional_integer(self, key: str) -> int | None:
-        return None if self.get(key) is None else self.integer(key)
-
-    def flag(self, key: str) -> bool:
-        value: bool = self._typed(key, (bool,), "a boolean")
-        return value
-
-    def optional_flag(self, key: str) -> bool | None:
-        value: bool | None = self._typed(key, (bool,), "a boolean or null", optional=True)
-        return value
-
-    def items(self, key: str) -> list[Any]:
-        value: list[Any] = self._typed(key, (list, tuple), "a list")
-        return list(value)
-
-    def mapping(self, key: str) -> Mapping[str, Any]:
-        value = self._typed(key, (Mapping,), "a mapping")
-        check_plain(value, f"{self.where}.{key}")
-        return dict(value)
-
-    def sub(self, key: str) -> _Reader:
-        return _Reader(self.get(key), f"{self.where}.{key}")
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.read)
-        if unknown:
-            raise MalformedCheckpointError(f"{self.where}: unknown key(s) {unknown}")
+def checkpoint_reader(data: Any, where: str) -> StrictReader:
+    """A strict reader of saved checkpoint data: anything else is a :class:`MalformedCheckpointError`."""
+    return StrictReader(data, where, MalformedCheckpointError)
 
 
-def _read_trajectory(d: _Reader) -> TrajectoryCheckpoint:
+def read_trajectory(d: StrictReader) -> TrajectoryCheckpoint:
     kinds = d.items("kinds")
     if not all(k in _KINDS for k in kinds):
         raise MalformedCheckpointError(f"{d.where}.kinds: unknown kind in {kinds!r:.80}")
     lengths = d.items("lengths")
-    if len(lengths) != len(kinds) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in lengths
-    ):
+    if len(lengths) != len(kinds) or not all(is_int(n) and n > 0 for n in lengths):
         raise MalformedCheckpointError(f"{d.where}.lengths: one positive length per span expected")
     turns = []
     for i, item in enumerate(d.items("turns")):
-        t = _Reader(item, f"{d.where}.turns[{i}]")
-        turns.append(
-            TurnInfo(
-                finish_reason=t.text("finish_reason"),
-                prompt_tokens=t.optional_integer("prompt_tokens"),
-                cached_tokens=t.optional_integer("cached_tokens"),
-                weight_version=t.optional_text("weight_version"),
-                rid=t.optional_text("rid"),
-                meta_info=t.mapping("meta_info"),
-            )
-        )
+        t = checkpoint_reader(item, f"{d.where}.turns[{i}]")
+        meta_info = t.mapping("meta_info")
+        check_plain(meta_info, f"{t.where}.meta_info")
+        turns.append(TurnInfo(**t.scalars(TurnInfo, negative=False), meta_info=meta_info))
         t.done()
     trajectory = TrajectoryCheckpoint(
         kinds=tuple(kinds),
@@ -448,49 +237,21 @@ def _read_trajectory(d: _Reader) -> TrajectoryCheckpoint:
     return trajectory
 
 
-def _read_segment(d: _Reader) -> SegmentCheckpoint:
-    segment = SegmentCheckpoint(
-        kind=d.text("kind"),
-        opened_by=d.text("opened_by"),
-        closed_by=d.text("closed_by"),
-        status=d.text("status"),
-        name=d.text("name"),
-        trajectory=_read_trajectory(d.sub("trajectory")),
+def read_stats(d: StrictReader) -> ModelStats:
+    stats = ModelStats(
+        **d.scalars(ModelStats, negative=False),
+        parse_errors=Counter(d.counts("parse_errors")),
+        last_cut=d.optional_choice("last_cut", TurnCut),
     )
     d.done()
-    return segment
+    return stats
 
 
-def _read_counters(d: _Reader) -> ModelStats:
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(ModelStats):
-        if f.name == "parse_errors":
-            errors = d.mapping(f.name)
-            if not all(isinstance(v, int) and not isinstance(v, bool) for v in errors.values()):
-                raise MalformedCheckpointError(f"{d.where}.parse_errors: counts must be integers")
-            values[f.name] = Counter(errors)
-        elif f.name.endswith("_s"):
-            values[f.name] = d.number(f.name)
-        elif f.name == "last_finish_reason":
-            values[f.name] = d.optional_text(f.name)
-        elif f.name == "last_cut":
-            values[f.name] = d.optional_cut(f.name)
-        else:
-            values[f.name] = d.integer(f.name)
-    d.done()
-    return ModelStats(**values)
-
-
-def _read_model(d: _Reader) -> ModelCheckpoint:
+def read_model(d: StrictReader) -> ModelCheckpoint:
     pending = None
     if d.get("pending") is not None:
         p = d.sub("pending")
-        pending = PendingTurn(
-            messages=p.integer("messages"),
-            starts_in_reasoning=p.flag("starts_in_reasoning"),
-            max_new_tokens=p.integer("max_new_tokens"),
-            bound=p.cut("bound"),
-        )
+        pending = PendingTurn(**p.scalars(PendingTurn, negative=False), bound=p.choice("bound", TurnCut))
         p.done()
     call_errors: dict[str, tuple[str, str, str, str | None]] = {}
     for key, value in d.mapping("call_errors").items():
@@ -506,6 +267,7 @@ def _read_model(d: _Reader) -> ModelCheckpoint:
             raise MalformedCheckpointError(f"{d.where}.call_errors[{key!r}]: name must be a string or null")
         call_errors[key] = (value[0], value[1], value[2], value[3])
     template_ids = d.mapping("template_ids")
+    check_plain(template_ids, f"{d.where}.template_ids")
     if not all(isinstance(v, str) for v in template_ids.values()):
         raise MalformedCheckpointError(f"{d.where}.template_ids: call ids must be strings")
     last_tool_ids = d.items("last_tool_ids")
@@ -517,18 +279,10 @@ def _read_model(d: _Reader) -> ModelCheckpoint:
         last_tool_ids=tuple(last_tool_ids),
         call_errors=call_errors,
         template_ids=template_ids,
-        counters=_read_counters(d.sub("counters")),
+        counters=read_stats(d.sub("counters")),
     )
     d.done()
     return model
-
-
-def _check_message(message: Any, where: str) -> None:
-    if not isinstance(message, Mapping) or message.get("role") not in ("user", "assistant"):
-        raise MalformedCheckpointError(f"{where}: a Strands message with role user or assistant expected")
-    if not isinstance(message.get("content"), list):
-        raise MalformedCheckpointError(f"{where}: content must be a list of blocks")
-    check_plain(message, where)
 
 
 _PLAIN_SCALARS = (str, int, float, bool, type(None))

@@ -27,7 +27,6 @@ import contextlib
 import itertools
 import json
 import logging
-import random
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -37,8 +36,10 @@ from typing import Any
 import aiohttp
 
 from ..errors import SlimeStrandsError
+from ..strict_reader import is_int
 from .context_window import SGLANG_CONTEXT_MARGIN, ContextWindow
 from .reachability import reachability_of
+from .retry import TRANSPORT_ERRORS, RetryPolicy
 
 __all__ = [
     "CONTEXT_ERROR_PHRASES",
@@ -59,10 +60,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
-_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-_BACKOFF_CEILING = 8
-"""The longest backoff between two attempts, in ``retry_delay``s."""
-_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 # Idle pooled connections are dropped before SGLang's uvicorn drops them (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s):
 # a request written on a connection the server is closing fails and costs a retry with backoff.
 _KEEPALIVE_S = 4.0
@@ -262,18 +259,25 @@ class SGLangClient:
         *,
         max_connections: int = 1000,
         timeout: float | None = None,
-        max_retries: int = 60,
-        retry_delay: float = 1.0,
+        max_retries: int | None = None,
+        retry_delay: float | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if max_connections <= 0:
             raise ValueError("max_connections must be > 0")
-        if max_retries < 0 or retry_delay < 0:
-            raise ValueError("max_retries and retry_delay must be >= 0")
+        if retry is None:
+            defaults = RetryPolicy()
+            retry = RetryPolicy(
+                max_retries=defaults.max_retries if max_retries is None else max_retries,
+                delay_s=defaults.delay_s if retry_delay is None else retry_delay,
+            )
+        elif max_retries is not None or retry_delay is not None:
+            raise ValueError("pass either retry= or max_retries / retry_delay, not both")
         self.base_url = base_url.rstrip("/")
         self.max_connections = max_connections
         self.timeout = timeout
-        self.max_retries = max_retries
-        self.retry_delay = retry_delay
+        self.retry = retry
+        """How requests are tried again (:class:`~slime_strands.provider.retry.RetryPolicy`)."""
         self.window = ContextWindow(self.base_url)
         """The server's context window as its answers show it (reported, named by refusals, weighed against the
         requests it served): what :meth:`context_length` returns."""
@@ -293,6 +297,16 @@ class SGLangClient:
 
     def __repr__(self) -> str:
         return f"SGLangClient({self.base_url!r}, max_connections={self.max_connections})"
+
+    @property
+    def max_retries(self) -> int:
+        """``retry.max_retries``: attempts after the first for a transient failure."""
+        return self.retry.max_retries
+
+    @property
+    def retry_delay(self) -> float:
+        """``retry.delay_s``: the base of the backoff between attempts."""
+        return self.retry.delay_s
 
     # -- HTTP plumbing -------------------------------------------------------------------------
 
@@ -326,11 +340,6 @@ class SGLangClient:
         for session in getattr(self, "_sessions", {}).values():
             _discard(session)
 
-    def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with jitter, between ``retry_delay / 2`` and ``8 * retry_delay``."""
-        ceiling = min(self.retry_delay * (2**attempt), _BACKOFF_CEILING * self.retry_delay)
-        return random.uniform(min(self.retry_delay / 2, ceiling), ceiling)
-
     async def _request(
         self,
         method: str,
@@ -341,25 +350,24 @@ class SGLangClient:
         retries: int | None = None,
         attempt: _Attempt | None = None,
     ) -> _Response:
-        """Send one request, retrying connection errors and 5xx / 408 / 429; never retrying other 4xx.
+        """Send one request, tried again as the retry policy says (failures in transit, 5xx / 408 / 429; never
+        another 4xx), ``retries`` times instead of its ``max_retries`` when given.
 
         ``attempt``, when given, sends each attempt instead (a /generate attempt has an id of its own: SGLang
         rejects a duplicate in-flight rid and aborts by prefix). Every attempt timing out raises
         :class:`SGLangTimeoutError`.
         """
-        retries = self.max_retries if retries is None else retries
+        retries = self.retry.max_retries if retries is None else retries
         last_error: Exception | None = None
         request_headers = {**_JSON_HEADERS, **(headers or {})}
         data = None if json_body is None else _dumps(json_body)
-        for number in range(retries + 1):
-            if number:
-                await asyncio.sleep(self._backoff(number - 1))
+        async for number in self.retry.attempts(retries):
             try:
                 if attempt is not None:
                     response = await attempt.send(request_headers)
                 else:
                     response = await self._send(method, path, data, request_headers)
-            except _TRANSPORT_ERRORS as exc:  # connect errors, resets, disconnects, timeouts, bad framing
+            except TRANSPORT_ERRORS as exc:
                 last_error = exc
                 if _gave_up_waiting(exc):  # sent, not answered in time: a busy (or hung) server
                     self.reachability.timed_out(
@@ -376,7 +384,7 @@ class SGLangClient:
             if response.status_code < 400:
                 return response
             error = _http_error(response)
-            if response.status_code not in _RETRYABLE_STATUS:
+            if not self.retry.retries_status(response.status_code):
                 raise error
             last_error = error
             logger.debug(
@@ -396,7 +404,7 @@ class SGLangClient:
     def _retry_times_out_within(self) -> float | None:
         """How long after an attempt timed out its retry may time out in turn: the abort of the given-up attempt
         (a timeout at most), the longest backoff, and the retry's own timeout."""
-        return None if self.timeout is None else 2 * self.timeout + _BACKOFF_CEILING * self.retry_delay
+        return None if self.timeout is None else 2 * self.timeout + self.retry.longest_backoff_s
 
     async def _send(
         self, method: str, path: str, data: bytes | None, headers: Mapping[str, str]
@@ -427,10 +435,11 @@ class SGLangClient:
         routing_key: str | None = None,
         return_routed_experts: bool = False,
         routed_experts_start_len: int = 0,
-        abort_retries: int = 0,
-        abort_expected: Callable[[], bool] | None = None,
+        abort_retries: int | None = None,
+        abort_signal: Callable[[], bool] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         handle: RequestHandle | None = None,
+        abort_expected: Callable[[], bool] | None = None,
     ) -> GenerateResult:
         """Generate from ``input_ids`` (never text) and return output ids with their logprobs.
 
@@ -447,11 +456,16 @@ class SGLangClient:
         then an ``abort`` with nothing generated). A context refusal raises :class:`SGLangContextLengthError`
         and the window its text names is weighed against the requests the server served (:attr:`window`).
 
-        With ``abort_retries`` > 0, an ``abort`` answer the caller did not cause (``abort_expected()`` false
-        and ``handle`` not aborted: e.g. a worker restarting behind the router) is sent again, up to
-        ``abort_retries`` times, then raises :class:`SGLangAbortError`; an abort the caller asked for (slime's
-        own) is returned as is. With the default 0 every ``abort`` answer is returned as is.
+        An ``abort`` answer the caller did not cause (``abort_signal()`` false and ``handle`` not aborted: e.g.
+        a worker restarting behind the router) is sent again, up to ``abort_retries`` times (default: the retry
+        policy's ``abort_resends``, 0 unless set), then raises :class:`SGLangAbortError`; an abort the caller
+        asked for (slime's own) is returned as is. ``abort_expected`` is the older name of ``abort_signal``.
         """
+        if abort_expected is not None:
+            if abort_signal is not None:
+                raise ValueError("pass abort_signal (or its older name abort_expected), not both")
+            abort_signal = abort_expected
+        resends = self.retry.abort_resends if abort_retries is None else abort_retries
         count = len(input_ids) + len(input_ids_tail)
         if not count:
             raise ValueError("input_ids must not be empty")
@@ -465,20 +479,20 @@ class SGLangClient:
         handle = RequestHandle() if handle is None else handle
         attempt = _Attempt(self, body, input_ids.json_pieces(input_ids_tail), count, handle, rid)
         start = routed_experts_start_len if return_routed_experts else None
-        return await self._send_generate(attempt, routing_key, start, abort_retries, abort_expected)
+        return await self._send_generate(attempt, routing_key, start, resends, abort_signal)
 
     async def _send_generate(
         self,
         attempt: _Attempt,
         routing_key: str | None,
         routed_experts_start: int | None,
-        abort_retries: int,
-        abort_expected: Callable[[], bool] | None,
+        resends: int,
+        abort_signal: Callable[[], bool] | None,
     ) -> GenerateResult:
         """POST the request (retried by :meth:`_request`), sent again when the server aborts it on its own, up to
-        ``abort_retries`` times (see :meth:`generate`)."""
+        ``resends`` times (see :meth:`generate`)."""
         headers = {ROUTING_KEY_HEADER: routing_key} if routing_key else None
-        for resend in range(abort_retries + 1):
+        for resend in range(resends + 1):
             try:
                 response = await self._request("POST", "/generate", headers=headers, attempt=attempt)
             except _AbortedBeforeSending:
@@ -492,18 +506,18 @@ class SGLangClient:
             result = _parse_generate(response, attempt.rid or "", routed_experts_start)
             if result.output_ids or result.finish_reason != "abort":
                 self.window.served(attempt.input_tokens, len(result.output_ids))
-            expected = attempt.aborted or (abort_expected is not None and abort_expected())
-            if result.finish_reason != "abort" or not abort_retries or expected:
+            expected = attempt.aborted or (abort_signal is not None and abort_signal())
+            if result.finish_reason != "abort" or not resends or expected:
                 return result
             logger.warning(
                 "SGLang aborted request %s on its own (%s); attempt %d of %d",
                 attempt.rid,
                 result.finish_message,
                 resend + 1,
-                abort_retries + 1,
+                resends + 1,
             )
         raise SGLangAbortError(
-            f"the server aborted the request {abort_retries + 1} times without being asked to: "
+            f"the server aborted the request {resends + 1} times without being asked to: "
             f"{result.finish_message or 'no reason given'}"
         )
 
@@ -512,7 +526,7 @@ class SGLangClient:
         try:
             async with self._http().get("/health") as response:
                 return response.status == 200
-        except _TRANSPORT_ERRORS:
+        except TRANSPORT_ERRORS:
             return False
 
     async def abort(self, target: str | RequestHandle | None = None) -> None:
@@ -583,11 +597,9 @@ class SGLangClient:
         without saying it; a round that any of them could not reach is asked again after a backoff (a route
         answering 503 may be the one that knows)."""
         last_error: Exception | None = None
-        for number in range(self.max_retries + 1):
-            if number:
-                await asyncio.sleep(self._backoff(number - 1))
-                if self._window_settled:  # a context refusal named it meanwhile
-                    return self.window.tokens
+        async for number in self.retry.attempts():
+            if number and self._window_settled:  # a context refusal named it meanwhile
+                return self.window.tokens
             unreachable = False
             for getter in (self.models, self.server_info, self.model_info):
                 try:
@@ -609,7 +621,7 @@ class SGLangClient:
                 return self.window.tokens
         raise SGLangConnectionError(
             f"cannot learn the context window of {self.base_url}: /v1/models, /server_info and /model_info "
-            f"failed {self.max_retries + 1} time(s): {last_error!r}"
+            f"failed {self.retry.max_retries + 1} time(s): {last_error!r}"
         ) from last_error
 
 
@@ -698,7 +710,7 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
 
 
 def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if is_int(value) else None
 
 
 def _window_of(info: Any) -> int | None:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..strict_reader import is_int, is_number
 from .sampling_ranges import range_problems
 
 __all__ = [
@@ -35,7 +35,9 @@ __all__ = [
     "SamplingParamError",
     "SamplingParams",
     "check_sampling_keys",
+    "checked_params",
     "merge_sampling_params",
+    "turn_params",
 ]
 
 SGLANG_SAMPLING_VERSIONS = "0.5.15 to 0.5.23"
@@ -104,6 +106,24 @@ def check_sampling_values(params: Mapping[str, Any], where: str) -> None:
         raise SamplingParamError(f"{where}: {key} {problem} (SGLang would refuse every request)")
 
 
+def checked_params(params: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
+    """A copy of ``params`` whose keys and values SGLang accepts; SamplingParamError naming the first that it
+    would refuse."""
+    checked = dict(params or {})
+    check_sampling_keys(checked, where)
+    check_sampling_values(checked, where)
+    return checked
+
+
+def turn_params(params: Mapping[str, Any], turn_end_ids: Sequence[int]) -> dict[str, Any]:
+    """A turn's sampling params: ``params`` with every token a turn may end on (the template's stop tokens and
+    the model's end-of-sequence ones) added to their ``stop_token_ids``."""
+    turn = dict(params)
+    stop_ids = list(turn.get("stop_token_ids") or [])
+    turn["stop_token_ids"] = stop_ids + [t for t in turn_end_ids if t not in stop_ids]
+    return turn
+
+
 class SamplingParams(Mapping[str, Any]):
     """An immutable, hashable set of SGLang sampling params (the plugin settings' ``sampling_params``).
 
@@ -164,11 +184,9 @@ def _check_value(key: str, value: Any, where: str) -> None:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         raise SamplingParamError(f"{where}.{key}: {value!r} is not a JSON value") from None
-    if key == "max_new_tokens" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if key == "max_new_tokens" and not (is_int(value) and value >= 1):
         raise SamplingParamError(f"{where}.max_new_tokens: must be a positive integer, got {value!r}")
-    if key in TRAINER_OWNED_KEYS and (
-        isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-    ):
+    if key in TRAINER_OWNED_KEYS and not is_number(value, finite=True):
         raise SamplingParamError(f"{where}.{key}: must be a number, got {value!r}")
 
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..strict_reader import is_number
+
 __all__ = ["SAMPLING_RANGES", "range_problem", "range_problems"]
 
 
@@ -63,7 +65,7 @@ def range_problem(key: str, value: Any) -> str | None:
     bounds = SAMPLING_RANGES.get(key)
     if bounds is None or value is None:
         return None
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = is_number(value)
     if (
         not number
         or not math.isfinite(value)

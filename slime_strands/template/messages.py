@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .probe import TemplateError
+from .chat_template import TemplateError
 
 __all__ = ["to_template_messages", "to_template_tools", "tool_result_text"]
 

@@ -27,6 +27,7 @@ base conversation sees them); no generation prompt after tool results (DeepSeek-
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import threading
@@ -36,18 +37,23 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ._per_tokenizer import PerTokenizer
-from .codec import TokenCodec
-from .probe import (
-    TemplateError,
+from .chat_template import ChatTemplate, TemplateError, template_key
+from .facts import (
+    BASE_ASSISTANT,
+    BASE_NOTE,
+    BASE_TOOL,
+    PROBE_SYSTEM,
+    PROBE_TOOL,
     TemplateFacts,
-    check_incremental,
+    base_conversation,
     detect_facts,
     json_arguments,
-    render_after_base,
-    template_key,
+    leading_results,
+    probe_call,
+    probe_conversation,
 )
 
-__all__ = ["ChatRenderer", "TemplateError"]
+__all__ = ["ChatRenderer", "TemplateError", "check_incremental", "render_after_base"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
@@ -107,8 +113,9 @@ class _TemplateState:
 _TEMPLATES: PerTokenizer[_TemplateState] = PerTokenizer()
 
 
-class ChatRenderer:
-    """Renders a conversation with a tokenizer's chat template, first in full, then incrementally."""
+class ChatRenderer(ChatTemplate):
+    """Renders a conversation with a tokenizer's chat template, first in full, then incrementally: a
+    :class:`~slime_strands.template.chat_template.ChatTemplate` that knows its facts."""
 
     def __init__(
         self,
@@ -118,19 +125,12 @@ class ChatRenderer:
         template_kwargs: Mapping[str, Any] | None = None,
         probe: bool = True,
     ) -> None:
-        if not getattr(tokenizer, "chat_template", None):
-            raise TemplateError(
-                f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no chat template"
-            )
-        self.tokenizer = tokenizer
-        # Extra template variables (slime's ``apply_chat_template_kwargs``); ``enable_thinking`` wins when set.
-        self.template_kwargs = dict(template_kwargs or {})
-        if enable_thinking is not None:
-            self.template_kwargs["enable_thinking"] = enable_thinking
+        kwargs = dict(template_kwargs or {})
+        if enable_thinking is not None:  # ``enable_thinking`` wins over the template variables
+            kwargs["enable_thinking"] = enable_thinking
+        super().__init__(tokenizer, kwargs)
         self.enable_thinking = self.template_kwargs.get("enable_thinking")
-        self._codec = TokenCodec.of(tokenizer)
         self._tools_key: tuple[Any, str] | None = None
-        self._token_texts: dict[int, str] = {}
         # Detection and probing cost ~20 ms of template rendering: done once per (tokenizer, template, mode),
         # not once per trajectory (a rollout step builds hundreds of models).
         key = (template_key(tokenizer), repr(sorted(self.template_kwargs.items())), probe)
@@ -139,7 +139,7 @@ class ChatRenderer:
         self._continuations = state.continuations
 
     def _find_state(self, probe: bool) -> _TemplateState:
-        """The template's facts (:func:`~slime_strands.template.probe.detect_facts`), probed when asked."""
+        """The template's facts (:func:`~slime_strands.template.facts.detect_facts`), probed when asked."""
         self.facts = detect_facts(self)
         if probe:
             self.facts = replace(self.facts, parallel_calls=check_incremental(self))
@@ -148,7 +148,7 @@ class ChatRenderer:
     def probe(self) -> bool:
         """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError;
         returns whether the template renders parallel calls (see
-        :func:`~slime_strands.template.probe.check_incremental`)."""
+        the module's :func:`check_incremental`)."""
         return check_incremental(self)
 
     @property
@@ -184,28 +184,6 @@ class ChatRenderer:
     ) -> str:
         """Full rendering with the tokenizer's template (template-format messages and tools)."""
         return self.apply([self._adapt(m) for m in messages], tools, add_generation_prompt)
-
-    def apply(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None,
-        generation: bool,
-    ) -> str:
-        """The tokenizer's ``apply_chat_template`` on ``messages`` as they are (no adapting), with the renderer's
-        template variables; TemplateError for whatever the template raises."""
-        try:
-            text = self.tokenizer.apply_chat_template(
-                list(messages),
-                tools=list(tools) if tools else None,
-                tokenize=False,
-                add_generation_prompt=generation,
-                **self.template_kwargs,
-            )
-        except Exception as exc:  # jinja errors, template exceptions raised on purpose
-            raise TemplateError(f"the chat template failed to render: {exc}") from exc
-        if not isinstance(text, str):
-            raise TemplateError(f"apply_chat_template returned {type(text).__name__}, expected str")
-        return text
 
     def _adapt(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
         """A template-format message in the shape this template expects (tool role, arguments type)."""
@@ -263,7 +241,7 @@ class ChatRenderer:
             text = "".join(segments)
             ids = self._encode_segments(segments, risky, text)
         if after is not None and ids and self._already_closed(after, ids[0]):
-            lead = self._token_text(ids[0])
+            lead = self.token_text(ids[0])
             if text.startswith(lead):
                 return text[len(lead) :], ids[1:]
         return text, ids
@@ -412,29 +390,6 @@ class ChatRenderer:
         """Special tokens (turn markers, EOS) that plain text must never turn into."""
         return tuple(t for t in self.special_tokens if t)
 
-    @property
-    def special_tokens(self) -> list[str]:
-        """Every special / added token, longest first."""
-        return self._codec.special_tokens
-
-    def encode_literal(self, text: str) -> list[int]:
-        """Token ids of untrusted text: special-token strings in it are split into ordinary tokens."""
-        return self._codec.encode_literal(text)
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of already-templated text (special tokens in the text are recognised, none added)."""
-        return self._codec.encode(text)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self._codec.decode(token_ids)
-
-    def _token_text(self, token_id: int) -> str:
-        """The text of one token: the stop token every continuation starts with, decoded once, not per turn."""
-        text = self._token_texts.get(token_id)
-        if text is None:
-            text = self._token_texts[token_id] = self.decode([token_id])
-        return text
-
     def without_stop_token(self, output_ids: Sequence[int], ended_on: int | None = None) -> list[int]:
         """A turn's ``output_ids`` without the token that ended it: its last token when that is one of
         :attr:`turn_end_ids` or ``ended_on`` (the stop token the server reports, e.g. one of the request's own
@@ -475,7 +430,173 @@ class ChatRenderer:
     @property
     def closing_in_place_texts(self) -> tuple[str, ...]:
         """The texts of the end tokens that close a turn in place of the template's closing token."""
-        return tuple(self._token_text(i) for i in self.facts.closing_in_place)
+        return tuple(self.token_text(i) for i in self.facts.closing_in_place)
+
+
+# -- the incremental check and the base conversation ---------------------------------------
+
+
+def render_after_base(
+    renderer: ChatRenderer,
+    new_messages: Sequence[Mapping[str, Any]],
+    system: str | None,
+    tools: Sequence[Mapping[str, Any]] | None,
+) -> tuple[str, list[str]]:
+    """The template's rendering of ``new_messages`` after the base conversation (generation prompt included),
+    and the markers of the base assistant turn (what a continuation starts after).
+
+    Tool results follow a base turn that calls them. A template that renders one call per turn (Llama 3.2's)
+    refuses a turn with several: it gets them after a turn without calls, as a template that does not tie
+    results to calls renders them the same either way."""
+    results = leading_results(new_messages)
+    if not results:
+        full = renderer.render(
+            [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
+        )
+        return full, [BASE_ASSISTANT]
+    try:
+        base = base_conversation(system, results)
+        full = renderer.render([*base, *new_messages], tools=tools, add_generation_prompt=True)
+        return full, [BASE_ASSISTANT, BASE_NOTE]
+    except TemplateError as with_calls:
+        try:
+            full = renderer.render(
+                [*base_conversation(system), *new_messages], tools=tools, add_generation_prompt=True
+            )
+        except TemplateError:
+            raise with_calls from None
+        return full, [BASE_ASSISTANT]
+
+
+# -- incremental rendering ---------------------------------------------------------------------------------
+
+
+def check_incremental(renderer: ChatRenderer) -> bool:
+    """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError.
+
+    Walks the probe conversation (:func:`probe_conversation`): every non-assistant block rendered with
+    :meth:`render_continuation` must equal what the full rendering puts after the preceding assistant turn, the
+    messages must be shown, the token ids of the pieces must concatenate without boundary drift, and what was
+    rendered must stay as it was once later messages follow (the first prompt is how the whole conversation
+    starts, each block is what the whole conversation has there, up to its last message's body). Templates may
+    rewrite OLDER assistant turns and the markup opening them (Qwen3, GLM and DeepSeek drop earlier reasoning):
+    that is allowed, since assistant tokens are never re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them, gpt-oss's shows
+    only the first: the probe then uses one call with two results).
+    """
+    tools = [PROBE_TOOL]
+    conversation, parallel = _conversation_rendered(renderer, tools)
+    whole = renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+    first = conversation[: assistant_at[0]]
+    start = _through_last_body(renderer.render(first, tools=tools, add_generation_prompt=False), first)
+    if not whole.startswith(start):
+        raise TemplateError(
+            "the chat template renders the start of a conversation differently once later messages follow "
+            f"(the first prompt is {_around(start, whole)}): the prompt the model saw would not be the template's"
+        )
+    for i, block_end in itertools.pairwise(assistant_at):
+        _check_block(renderer, conversation, (i, block_end), whole, tools)
+    return parallel
+
+
+def _conversation_rendered(
+    renderer: ChatRenderer, tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], bool]:
+    """The probe conversation with parallel calls when the template renders them all, else with one call."""
+    conversation = probe_conversation(calls=2)
+    try:
+        rendered = renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    except TemplateError:
+        rendered = ""
+    if all(probe_call(n)["function"]["arguments"]["note"] in rendered for n in range(2)):
+        return conversation, True
+    conversation = probe_conversation(calls=1)
+    renderer.render(conversation, tools=tools, add_generation_prompt=False)  # raises the template's reason
+    return conversation, False
+
+
+def _check_block(
+    renderer: ChatRenderer,
+    conversation: list[dict[str, Any]],
+    span: tuple[int, int],
+    whole: str,
+    tools: list[dict[str, Any]],
+) -> None:
+    """The checks of :func:`check_incremental` for the messages between the assistant turns at ``span``."""
+    i, block_end = span
+    message = conversation[i]
+    markers = [message["content"]] + [
+        c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
+    ]
+    new = conversation[i + 1 : block_end]
+    full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
+    expected = renderer.continuation_after(full, markers)
+    got = renderer.render_continuation(new, system=PROBE_SYSTEM, tools=tools)
+    if got != expected and not _closed_in_place(renderer, expected, got):
+        raise TemplateError(_mismatch(expected, got))
+    for shown in new:
+        if shown["content"] not in got:
+            raise TemplateError(f"the chat template does not show the {shown['role']} message {got!r}")
+    settled = _through_last_body(
+        renderer.continuation_after(
+            renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=False), markers
+        ),
+        new,
+    )
+    later = renderer.continuation_after(whole, markers)
+    if not later.startswith(settled):
+        roles = " and ".join(sorted({m["role"] for m in new}))
+        raise TemplateError(
+            f"the chat template renders {roles} messages differently once a later message follows them "
+            f"({_around(settled, later)}): the prompt the model saw would not be the template's"
+        )
+    cut = len(full) - len(expected)
+    if renderer.encode(full[:cut]) + renderer.encode(full[cut:]) != renderer.encode(full):
+        raise TemplateError(
+            "tokenizing the template's pieces separately differs from tokenizing them together"
+        )
+
+
+def _through_last_body(text: str, messages: Sequence[Mapping[str, Any]]) -> str:
+    """``text`` up to the end of the last message's body: what follows it opens the next assistant turn, which
+    a template may write differently once the turn is history (GLM-4.7's and DeepSeek-V3.2's ``<think>`` becomes
+    ``</think>`` when the reasoning is dropped; Hermes-3's newline after a tool result)."""
+    body = str(messages[-1].get("content") or "")
+    at = text.rfind(body) if body else -1
+    return text[: at + len(body)] if at >= 0 else text
+
+
+def _mismatch(expected: str, got: str) -> str:
+    if BASE_TOOL in got and BASE_TOOL not in expected:
+        return (
+            "the chat template shows the name of the called function with each tool result (rendered "
+            f"{got!r}, the conversation has {expected!r}): incremental rendering renders new messages after a "
+            "fixed conversation and cannot know which function they answer"
+        )
+    return (
+        "incremental rendering does not reproduce the chat template's full rendering: "
+        f"expected {expected!r}, rendered {got!r}"
+    )
+
+
+def _around(first: str, second: str) -> str:
+    """Where ``second`` stops following ``first``: the text of both from shortly before that point."""
+    at = next(
+        (n for n, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
+        min(len(first), len(second)),
+    )
+    return f"{first[max(0, at - 40) : at + 40]!r} where the later rendering has {second[max(0, at - 40) : at + 40]!r}"
+
+
+def _closed_in_place(renderer: ChatRenderer, expected: str, got: str) -> bool:
+    """``expected`` is ``got`` with its closing token written as one that closes in its place (Llama 3.1's
+    template renders ``<|eom_id|>`` after a tool call in ipython mode; a continuation starts at ``<|eot_id|>``
+    and drops it after a turn that ended on ``<|eom_id|>``)."""
+    closing = renderer.end_of_turn
+    return got.startswith(closing) and any(
+        expected.startswith(t) and expected[len(t) :] == got[len(closing) :]
+        for t in renderer.closing_in_place_texts
+    )
 
 
 def _slot_items(message: Mapping[str, Any]) -> list[tuple[str, str]]:

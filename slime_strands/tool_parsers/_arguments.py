@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..strict_reader import is_number
 from .base import MalformedCall, ParseErrorKind, ToolCall, ToolSchemas, clip
 
 __all__ = [
@@ -161,7 +162,7 @@ def convert_value(raw: str, schema: Mapping[str, Any] | None, *, python_literals
         return int(text)
     if declared == "number":
         value = _json_value(text)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             raise ValueError(f"expected a number, got {clip(raw)!r}")
         return value
     if declared == "boolean":

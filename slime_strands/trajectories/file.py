@@ -48,6 +48,7 @@ from typing import Any
 
 from ..agent.record import EpisodeRecord
 from ..errors import InputError
+from ..strict_reader import StrictReader
 from .config_digest import ConfigDigest
 
 __all__ = [
@@ -183,100 +184,56 @@ class TrajectoryRow:
 
     @classmethod
     def from_json(cls, data: Any) -> TrajectoryRow:
-        """Read back :meth:`to_json`; ValueError saying what is wrong with anything else."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-        missing = [name for name in _REQUIRED if name not in data]
-        if missing:
-            raise ValueError(f"missing field(s) {missing}")
-        segments = data["segments"]
-        if not isinstance(segments, list):
-            raise ValueError("segments must be a list")
+        """Read back :meth:`to_json`; ValueError saying what is wrong with anything else. Keys this version
+        does not know are ignored (a later version's); ``config``, ``tools`` and ``chat_template_kwargs`` may be
+        absent (rows written before they were saved)."""
+        d = StrictReader(data, "row")
+        schema = d.optional("schema")
+        if schema != SCHEMA:
+            raise ValueError(f"schema is {schema!r}, expected {SCHEMA!r}")
         return cls(
-            key=str(data["key"]),
-            prompt_index=_int(data, "prompt_index"),
-            sample=_int(data, "sample"),
-            dataset=str(data["dataset"]),
-            prompt=list(data["prompt"]),
-            label=str(data["label"]),
-            prompt_digest=str(data["prompt_digest"]),
-            tokenizer=str(data["tokenizer"]),
-            messages=list(data["messages"] or []),
-            segments=[_segment(s, i) for i, s in enumerate(segments)],
-            response=str(data["response"]),
-            reward=float(data["reward"]),
-            status=str(data["status"]),
-            record=_record(data),
-            tools=data.get("tools"),
-            chat_template_kwargs=dict(data.get("chat_template_kwargs") or {}),
-            config=ConfigDigest.from_json(data.get("config")),
+            **d.scalars(cls, negative=False),
+            prompt=d.items("prompt"),
+            messages=d.items("messages"),
+            segments=[_segment(s, f"segments[{i}]") for i, s in enumerate(d.items("segments"))],
+            record=_record(d),
+            tools=d.optional("tools"),
+            chat_template_kwargs=dict(d.optional("chat_template_kwargs") or {}),
+            config=ConfigDigest.from_json(d.optional("config")),
         )
 
 
-_REQUIRED = (
-    "key",
-    "prompt_index",
-    "sample",
-    "dataset",
-    "prompt",
-    "label",
-    "prompt_digest",
-    "tokenizer",
-    "messages",
-    "segments",
-    "response",
-    "reward",
-    "status",
-    "termination",
-)
-
-
-def _record(data: Mapping[str, Any]) -> EpisodeRecord:
+def _record(d: StrictReader) -> EpisodeRecord:
     """The episode record of a row: its ``metrics`` with ``termination`` and ``error`` beside them."""
-    metrics = data.get("metrics") or {}
+    metrics = d.optional("metrics") or {}
     if not isinstance(metrics, Mapping):
         raise ValueError(f"metrics must be an object, got {metrics!r}")
-    saved = {**metrics, "termination": data["termination"], "error": data.get("error"), "evaluation": True}
+    saved = {**metrics, "termination": d.get("termination"), "error": d.optional("error"), "evaluation": True}
     return EpisodeRecord.from_metadata(saved, unknown_keys=True)
 
 
-def _int(data: Mapping[str, Any], name: str) -> int:
-    value = data[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return value
-
-
-def _segment(data: Any, number: int) -> SavedSegment:
-    where = f"segments[{number}]"
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{where} must be an object")
-    ids, mask, logprobs, spans = (data.get(k) for k in ("token_ids", "loss_mask", "logprobs", "spans"))
-    if not all(isinstance(v, list) for v in (ids, mask, logprobs, spans)):
-        raise ValueError(f"{where} needs token_ids, loss_mask, logprobs and spans lists")
-    assert isinstance(ids, list) and isinstance(mask, list) and isinstance(logprobs, list)
-    assert isinstance(spans, list)
+def _segment(data: Any, where: str) -> SavedSegment:
+    d = StrictReader(data, where)
+    ids, mask, logprobs = d.items("token_ids"), d.items("loss_mask"), d.items("logprobs")
     if not len(ids) == len(mask) == len(logprobs):
         raise ValueError(
             f"{where}: {len(ids)} token_ids, {len(mask)} loss_mask and {len(logprobs)} logprobs differ in length"
         )
-    parsed = []
-    position = 0
-    for span in spans:
-        kind, start, end = span.get("kind"), span.get("start"), span.get("end")
-        if kind not in _KINDS or start != position or not isinstance(end, int) or end < start:
-            raise ValueError(f"{where}: spans must cover the tokens in order, got {span!r} at {position}")
-        parsed.append(SavedSpan(kind, start, end, span.get("finish_reason")))
-        position = end
-    if position != len(ids):
-        raise ValueError(f"{where}: spans cover {position} of {len(ids)} tokens")
-    info = data.get("info") or {}
+    spans: list[SavedSpan] = []
+    for j, item in enumerate(d.items("spans")):
+        span = StrictReader(item, f"{where}.spans[{j}]")
+        kind, start, end = span.text("kind"), span.integer("start"), span.integer("end")
+        position = spans[-1].end if spans else 0
+        if kind not in _KINDS or start != position or end < start:
+            raise ValueError(f"{where}: spans must cover the tokens in order, got {item!r} at {position}")
+        spans.append(SavedSpan(kind, start, end, span.optional_text("finish_reason")))
+    if (spans[-1].end if spans else 0) != len(ids):
+        raise ValueError(f"{where}: spans cover {spans[-1].end if spans else 0} of {len(ids)} tokens")
+    info = d.optional("info") or {}
     if not isinstance(info, Mapping):
         raise ValueError(f"{where}: info must be an object")
     return SavedSegment(
-        [int(t) for t in ids], [int(m) for m in mask], [float(x) for x in logprobs], parsed, dict(info)
+        [int(t) for t in ids], [int(m) for m in mask], [float(x) for x in logprobs], spans, dict(info)
     )
 
 

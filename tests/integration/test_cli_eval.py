@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import CALL_ADD, check_row, eval_argv, latest, read_rows, run_cli, write_config, write_data
 
-from slime_strands.cli.install_hints import install_command
+from data_prep.install_hints import install_command
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 
 pytestmark = pytest.mark.timeout(120)

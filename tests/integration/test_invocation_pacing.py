@@ -34,7 +34,7 @@ class InvocationCounter(HookProvider):
 
 
 async def paced_episode(
-    server, tokenizer, rounds: int, *, should_stop=None, then: tuple[str, ...] = (), tools=(add,), **settings
+    server, tokenizer, rounds: int, *, abort_signal=None, then: tuple[str, ...] = (), tools=(add,), **settings
 ):
     """``rounds`` add calls, the ``then`` turns, the answer; returns (record, invocations, add calls run)."""
     policy = ScriptedPolicy(server, tokenizer)
@@ -47,7 +47,7 @@ async def paced_episode(
     counter = InvocationCounter()
     calls_before = CALLS["add"]
     record = await run_episode(
-        tokenizer, client, config, spec, tools=list(tools), should_stop=should_stop, hooks=[counter]
+        tokenizer, client, config, spec, tools=list(tools), abort_signal=abort_signal, hooks=[counter]
     )
     return record, counter.count, CALLS["add"] - calls_before
 
@@ -100,7 +100,7 @@ async def test_an_abort_during_a_paused_round_ends_the_episode_before_the_next_m
         server,
         tokenizer,
         30,
-        should_stop=lambda: CALLS["add"] - calls_before >= 3,  # turns true during the third round's tool
+        abort_signal=lambda: CALLS["add"] - calls_before >= 3,  # turns true during the third round's tool
         tool_rounds_per_invocation=3,
     )
     assert record.termination is Termination.ABORTED

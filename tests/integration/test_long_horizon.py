@@ -6,7 +6,6 @@ from slime's code where slime is not importable."""
 from __future__ import annotations
 
 import itertools
-import types
 import uuid
 
 import numpy as np
@@ -20,10 +19,18 @@ from fanout_kit import (
     requests_by_segment,
 )
 from rollout_tools import add, huge_output
-from slime_helpers import SLIME_PARAMS, TOP_P_PARAMS, Sample, as_array, make_args, slime_group_norm
+from slime_helpers import (
+    SLIME_PARAMS,
+    TOP_P_PARAMS,
+    Sample,
+    as_array,
+    make_args,
+    slime_args,
+    slime_group_norm,
+)
 
 from slime_strands import SGLangClient, metrics, reward, rollout
-from slime_strands._slime.adapter import check_fanout_flags
+from slime_strands._slime.config import SlimeConfig
 from slime_strands.agent.compaction import SUMMARY_HEADER
 from slime_strands.agent.episode import EpisodeSpec, run_episode
 from slime_strands.agent.record import EpisodeRecord, Termination
@@ -267,7 +274,7 @@ def replay_segment(server: SGLangTestServer, sample, args):
     return expected
 
 
-def slime_args(server, strategy: str, **overrides):
+def compacting_args(server, strategy: str, **overrides):
     strands = {"tools": ["rollout_tools.add"], "max_tool_iters": None, "context_management": strategy}
     if (
         strategy == "summarize"
@@ -288,7 +295,7 @@ def slime_args(server, strategy: str, **overrides):
 async def test_fan_out_through_slimes_group_handling(tokenizer):
     with SGLangTestServer(tokenizer, context_length=WINDOW, routed_experts=(LAYERS, TOPK)) as server:
         policy = ScriptedPolicy(server, tokenizer)
-        args = slime_args(
+        args = compacting_args(
             server,
             "summarize",
             rollout_top_p=0.9,
@@ -400,9 +407,9 @@ async def test_fan_out_through_slimes_group_handling(tokenizer):
         with pytest.raises(
             ConfigurationError, match=r"--custom-reward-post-process-path slime_strands\.reward_norm"
         ):
-            check_fanout_flags(
-                types.SimpleNamespace(**{**vars(args), "custom_reward_post_process_path": None})
-            )
+            SlimeConfig.of(
+                slime_args(**{**vars(args), "custom_reward_post_process_path": None})
+            ).check_fanout()
 
         # Metrics count episodes once (from their last segment), slime's statuses per sample.
         m = metrics.aggregate(flat)
@@ -418,7 +425,7 @@ async def test_without_compaction_slimes_default_path_is_unchanged(tokenizer):
     # Fanning out with nothing compacted gives lists of one sample: slime's default normalisation is then
     # exactly what it was, and so is ours.
     with SGLangTestServer(tokenizer, context_length=8192) as server:
-        args = slime_args(server, "sliding_window")
+        args = compacting_args(server, "sliding_window")
         flat = []
         for i, answer in enumerate(["Answer: \\boxed{40}", "Answer: 3", "Answer: \\boxed{40}", "no idea"]):
             sample = Sample(
@@ -437,7 +444,7 @@ async def test_without_compaction_slimes_default_path_is_unchanged(tokenizer):
 async def test_eval_returns_the_last_segment_only(tokenizer):
     with SGLangTestServer(tokenizer, context_length=WINDOW) as server:
         policy = ScriptedPolicy(server, tokenizer)
-        args = slime_args(server, "summarize")
+        args = compacting_args(server, "summarize")
         sample = Sample(prompt="Add 1, 39 times.", label="40", index=0, session_id=str(uuid.uuid4()))
         policy.script(sample.session_id, *forty_turns())
         out = await rollout.generate(args, sample, dict(SLIME_PARAMS), evaluation=True)
@@ -449,7 +456,7 @@ async def test_eval_returns_the_last_segment_only(tokenizer):
 
 
 async def test_slime_flags_that_cannot_take_lists(server):
-    args = slime_args(server, "summarize", group_rm=True)
+    args = compacting_args(server, "summarize", group_rm=True)
     with pytest.raises(ConfigurationError, match="--group-rm"):
         await rollout.generate(args, Sample(prompt="x", index=0), dict(SLIME_PARAMS))
     assert not server.generate_requests, "refused before any episode ran"
@@ -458,7 +465,7 @@ async def test_slime_flags_that_cannot_take_lists(server):
 async def test_a_reward_function_that_raises_fails_the_episode_not_the_step(tokenizer, caplog):
     with SGLangTestServer(tokenizer, context_length=WINDOW) as server:
         policy = ScriptedPolicy(server, tokenizer)
-        args = slime_args(server, "summarize", custom_rm_path="rollout_tools.broken_reward")
+        args = compacting_args(server, "summarize", custom_rm_path="rollout_tools.broken_reward")
         sample = Sample(prompt="Add 1, 39 times.", label="40", index=5, session_id=str(uuid.uuid4()))
         policy.script(sample.session_id, *forty_turns())
         out = await rollout.generate(args, sample, dict(SLIME_PARAMS))
@@ -478,7 +485,7 @@ CALL_ADD = add_call(2, 3)
 @pytest.mark.parametrize("collect", [True, False])
 async def test_subagent_episode(tokenizer, collect):
     with SGLangTestServer(tokenizer, context_length=8192) as server:
-        args = slime_args(
+        args = compacting_args(
             server,
             "none",
             strands={"tools": ["rollout_tools.add", "rollout_tools.helper"], "collect_subagents": collect},

@@ -8,7 +8,6 @@ built independently from the script.
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 from helpers import (
@@ -27,6 +26,7 @@ from helpers import (
     server_for,
     with_generation_prompt,
 )
+from slime_helpers import router_flags, slime_args
 from strands import Agent, tool
 from strands.agent.conversation_manager import SlidingWindowConversationManager
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
@@ -40,7 +40,9 @@ from slime_strands import (
     ToolLimiter,
     TrajectoryError,
 )
-from slime_strands._slime.adapter import client_from_slime_args
+from slime_strands._slime.config import SlimeConfig
+from slime_strands.agent.episode import EpisodeSpec, run_episode
+from slime_strands.agent.record import Termination
 from slime_strands.settings import PluginSettings
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.tool_parsers import HermesToolParser
@@ -588,6 +590,25 @@ async def test_retries_exhausted_leave_a_consistent_trajectory(tokenizer):
         assert [s.kind for s in model.token_manager.spans] == ["prompt", "generated"]
 
 
+async def test_the_abort_signal_answers_to_its_older_names(tokenizer):
+    """One name on the way down (abort_signal); the older should_stop / abort_expected still work."""
+
+    def flag():
+        return True
+
+    model = SGLangModel(tokenizer=tokenizer, base_url="http://127.0.0.1:9", abort_expected=flag)
+    assert model.config["abort_signal"] is flag and "abort_expected" not in model.config
+    assert model.spawn().config["abort_signal"] is flag, "a sub-agent stops with its parent"
+    with pytest.raises(ValueError, match="not both"):
+        model.update_config(abort_signal=flag, abort_expected=flag)
+    spec = EpisodeSpec(prompt="What is 2+3?", sampling_params={"max_new_tokens": 8})
+    client, settings = SGLangClient("http://127.0.0.1:9"), PluginSettings(tools=())
+    record = await run_episode(tokenizer, client, settings, spec, should_stop=flag)
+    assert record.termination is Termination.ABORTED, "aborted before it began: no request"
+    with pytest.raises(ValueError, match="not both"):
+        await run_episode(tokenizer, client, settings, spec, should_stop=flag, abort_signal=flag)
+
+
 async def test_server_abort_raises_generation_aborted(tokenizer):
     with SGLangTestServer(tokenizer) as server:
         server.script(ADD_2_3.text(), Turn("I was think", finish="abort"))
@@ -749,11 +770,10 @@ async def test_quick_start_flow_from_the_seed(tokenizer):
 async def test_slime_style_flow_from_the_seed(tokenizer):
     """slime's examples/strands_sglang generate(): shared client, HermesToolParser, slime's sampling params."""
     with server_for(tokenizer, ADD_2_3, ANSWER) as server:
-        host, port = server.base_url.removeprefix("http://").split(":")
-        args = SimpleNamespace(
-            sglang_router_ip=host, sglang_router_port=int(port), sglang_server_concurrency=8
+        args = slime_args(
+            **router_flags(server), sglang_server_concurrency=8, strands={"retry_delay_s": 0.01}
         )
-        client = client_from_slime_args(args, PluginSettings(retry_delay_s=0.01))
+        client = SlimeConfig.of(args).runtime.client
         sampling_params = {
             "temperature": 1.0,
             "top_p": 1.0,

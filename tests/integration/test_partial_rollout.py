@@ -32,8 +32,9 @@ from slime_helpers import (
 
 from slime_strands import SGLangClient, SGLangModel, metrics, rollout
 from slime_strands._slime.partial_rollout import CHECKPOINT_KEY, EpisodeSamples
+from slime_strands.agent.checkpoint import EpisodeCheckpoint
 from slime_strands.agent.record import Termination
-from slime_strands.provider.checkpoint import EpisodeCheckpoint, ModelCheckpoint, PendingTurn
+from slime_strands.provider.checkpoint import ModelCheckpoint, PendingTurn
 from slime_strands.provider.model_stats import ModelStats, TurnCut
 from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing import SGLangTestServer, Turn

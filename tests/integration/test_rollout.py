@@ -7,7 +7,6 @@ import asyncio
 import copy
 import inspect
 import json
-import types
 
 import pytest
 from conftest import qwen3_tokenizer_path
@@ -23,6 +22,7 @@ from slime_helpers import (
     record,
     run,
     session_requests,
+    slime_args,
 )
 from standin_kit import QWEN3_EOS
 
@@ -220,7 +220,7 @@ async def test_partial_rollout_regenerates_from_prompt_when_asked(server, monkey
 
 
 async def test_server_down_gives_failed_sample_slime_can_train_around(tokenizer):
-    args = types.SimpleNamespace(
+    args = slime_args(
         sglang_router_ip="127.0.0.1",
         sglang_router_port=9,  # discard port: nothing listens
         hf_checkpoint=qwen3_tokenizer_path(),

@@ -5,10 +5,8 @@ does)."""
 
 from __future__ import annotations
 
-import types
-
 import pytest
-from slime_helpers import Sample, make_args, new_sample, run, session_requests
+from slime_helpers import Sample, make_args, new_sample, run, session_requests, slime_args
 
 from slime_strands import reward
 from slime_strands._slime import config as config_module
@@ -69,11 +67,11 @@ async def test_thirty_samples_and_their_rewards_parse_the_args_once(server, pars
 
 
 def test_a_config_is_per_args_object(parses):
-    first, second = types.SimpleNamespace(strands={"max_tool_iters": 1}), types.SimpleNamespace(strands=None)
+    first, second = slime_args(strands={"max_tool_iters": 1}), slime_args(strands=None)
     assert SlimeConfig.of(first).settings.max_tool_iters == 1
     assert SlimeConfig.of(second).settings == PluginSettings()
     assert SlimeConfig.of(first) is SlimeConfig.of(first) and parses["settings"] == 2
-    many = [types.SimpleNamespace(strands={"max_tool_iters": n}) for n in range(100)]
+    many = [slime_args(strands={"max_tool_iters": n}) for n in range(100)]
     assert [SlimeConfig.of(args).settings.max_tool_iters for args in many] == list(range(100))
     assert len(config_module._CONFIGS) <= config_module._KEPT, "a few kept, not one per args ever seen"
     first.strand = {"max_tool_iters": 2}  # an attribute added later is checked too
@@ -82,11 +80,11 @@ def test_a_config_is_per_args_object(parses):
 
 
 def test_bad_args_raise_at_every_call_and_are_never_kept(parses):
-    args = types.SimpleNamespace(strands={"max_tool_iters": 1}, apply_chat_template_kwargs="{oops")
+    args = slime_args(strands={"max_tool_iters": 1}, apply_chat_template_kwargs="{oops")
     for _ in range(2):
         with pytest.raises(ConfigurationError, match="--apply-chat-template-kwargs is not JSON"):
             SlimeConfig.of(args)
-    flagged = types.SimpleNamespace(strands=None, apply_chat_template=True)
+    flagged = slime_args(strands=None, apply_chat_template=True)
     with pytest.raises(ConfigurationError, match="--apply-chat-template is set"):
         SlimeConfig.of(flagged)
     flagged.apply_chat_template = False

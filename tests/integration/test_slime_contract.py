@@ -12,7 +12,6 @@ import gc
 import json
 import os
 import shutil
-import types
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +30,12 @@ from slime_helpers import (
     replay_with_slime_appender,
     run,
     session_requests,
+    slime_args,
     slime_group_norm,
 )
 
 from slime_strands import SGLangClient, reward, rollout
-from slime_strands._slime.adapter import runtime_for
+from slime_strands._slime.config import SlimeConfig
 from slime_strands.agent.episode import EpisodeSpec, run_episode
 from slime_strands.agent.record import Termination
 from slime_strands.errors import ConfigurationError
@@ -238,7 +238,7 @@ async def test_a_failed_sample_leaves_its_siblings_advantages_alone(server):
             out.reward = await reward.math_reward(args, out)
     assert outs[3].status == Sample.Status.FAILED and outs[3].reward == 0.0
     _, advantages = post_process_rewards(args, outs)
-    survivors_args = types.SimpleNamespace(**{**vars(args), "n_samples_per_prompt": 3})
+    survivors_args = slime_args(**{**vars(args), "n_samples_per_prompt": 3})
     _, expected = slime_group_norm(survivors_args, outs[:3])
     assert advantages[:3] == pytest.approx(expected, abs=1e-5) and advantages[3] == 0.0
     _, biased = slime_group_norm(args, outs)  # slime's default would let the failure move its siblings
@@ -410,15 +410,26 @@ async def test_spec_info_adds_up_the_servers_speculative_stats(tokenizer):
 
 def test_the_pool_is_sized_by_rollout_num_engines(server):
     args = make_args(server, sglang_server_concurrency=8, rollout_num_gpus=8, rollout_num_gpus_per_engine=1)
-    assert runtime_for(args).client.max_connections == 8 * 8
+    assert SlimeConfig.of(args).runtime.client.max_connections == 8 * 8
     args.rollout_num_engines = 3  # e.g. external engines: slime counts them, not the GPUs
-    assert runtime_for(args).client.max_connections == 8 * 3
+    assert SlimeConfig.of(args).runtime.client.max_connections == 8 * 3
+
+
+def test_a_flag_added_to_the_args_keeps_their_runtime(server):
+    """slime may set attributes on its args during a run: the view is read again, the runtime (client pool,
+    tokenizer, checked templates) stays while the configuration is the same."""
+    args = make_args(server)
+    runtime = SlimeConfig.of(args).runtime
+    args.wandb_run_id = "abc"  # read again (a misspelt strands key could have come with it)
+    assert SlimeConfig.of(args).runtime is runtime
+    args.sglang_server_concurrency = 4  # another pool: another runtime
+    assert SlimeConfig.of(args).runtime is not runtime
 
 
 async def test_runtimes_naming_one_checkpoint_share_one_tokenizer(server):
     """A training and an eval configuration (different settings: two runtimes) load the tokenizer once."""
-    train = runtime_for(make_args(server))
-    evaluation = runtime_for(make_args(server, strands={"max_tool_iters": 2}))
+    train = SlimeConfig.of(make_args(server)).runtime
+    evaluation = SlimeConfig.of(make_args(server, strands={"max_tool_iters": 2})).runtime
     assert train is not evaluation
     assert await train.tokenizer() is await evaluation.tokenizer()
 

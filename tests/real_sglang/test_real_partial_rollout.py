@@ -30,7 +30,7 @@ from real_sglang.recording_proxy import Exchange, RecordingProxy
 from real_sglang.server_setup import wait_idle
 from real_sglang.slime_runner import finish_slime, start_slime
 from slime_strands._slime.partial_rollout import CHECKPOINT_KEY
-from slime_strands.provider.checkpoint import EpisodeCheckpoint
+from slime_strands.agent.checkpoint import EpisodeCheckpoint
 from slime_strands.testing.invariants import assert_sample_matches_server
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(600)]

@@ -19,15 +19,13 @@ from slime_strands._slime.partial_rollout import (
     save_checkpoint,
     take_checkpoint,
 )
+from slime_strands.agent.checkpoint import EpisodeCheckpoint, SegmentCheckpoint, ToolCounters
 from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.provider.abort_signal import AbortSignal
 from slime_strands.provider.checkpoint import (
-    EpisodeCheckpoint,
     MalformedCheckpointError,
     ModelCheckpoint,
     PendingTurn,
-    SegmentCheckpoint,
-    ToolCounters,
     TrajectoryCheckpoint,
 )
 from slime_strands.provider.model_stats import ModelStats, TurnCut
@@ -117,7 +115,7 @@ def test_a_turn_cut_and_continued_counts_once():
         (lambda d: d["trajectory"]["lengths"].append(3), "one positive length per span"),
         (lambda d: d["trajectory"].update(kinds=["prompt", "tool", "generated", *d["trajectory"]["kinds"][3:]]), "unknown kind"),
         (lambda d: d["trajectory"]["turns"].pop(), "do not match the generated spans"),
-        (lambda d: d["model"]["counters"].update(turns=True), "expected an integer"),
+        (lambda d: d["model"]["counters"].update(turns=True), "counters.turns must be an integer"),
         (lambda d: d["model"]["call_errors"].update(t3=["bad_json"]), "(kind, message, raw, name) expected"),
         (lambda d: d["tools"].update(tool_iters=-1), "negative"),
         (lambda d: d["tools"].update(tool_secs=1.0), "checkpoint.tools: unknown key(s) ['tool_secs']"),

@@ -26,6 +26,8 @@ from slime_strands.provider.client import (
     SGLangTimeoutError,
     TokenIdsJSON,
 )
+from slime_strands.provider.retry import RetryPolicy
+from slime_strands.settings import PluginSettings
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 
 pytestmark = pytest.mark.timeout(60)
@@ -400,6 +402,42 @@ def test_constructor_validation():
     with pytest.raises(ValueError):
         SGLangClient("http://x", retry_delay=-1)
     assert SGLangClient("http://x:1/").base_url == "http://x:1"
+    with pytest.raises(ValueError, match="not both"):
+        SGLangClient("http://x", max_retries=2, retry=RetryPolicy())
+
+
+def test_one_retry_policy_says_how_requests_are_tried_again():
+    policy = RetryPolicy(max_retries=3, delay_s=1.0, abort_resends=2)
+    client = SGLangClient("http://x", retry=policy)
+    assert client.retry is policy and (client.max_retries, client.retry_delay) == (3, 1.0)
+    assert SGLangClient("http://x", max_retries=4, retry_delay=0.5).retry == RetryPolicy(4, 0.5)
+    waits = [policy.backoff(n) for n in range(6) for _ in range(50)]
+    assert all(0.5 <= w <= 8.0 for w in waits) and len(set(waits)) > 1, (
+        "jittered, between delay/2 and 8 delay"
+    )
+    assert (
+        max(policy.backoff(0) for _ in range(50)) <= 1.0 and min(policy.backoff(5) for _ in range(50)) >= 0.5
+    )
+    assert policy.retries_status(503) and policy.retries_status(429) and not policy.retries_status(400)
+    settings = PluginSettings(max_retries=7, retry_delay_s=0.25, server_abort_retries=1)
+    assert settings.retry_policy == RetryPolicy(max_retries=7, delay_s=0.25, abort_resends=1)
+    with pytest.raises(ValueError):
+        RetryPolicy(abort_resends=-1)
+
+
+async def test_the_attempts_of_a_request_wait_the_backoff_between_them():
+    policy = RetryPolicy(max_retries=2, delay_s=0.01)
+    assert [n async for n in policy.attempts()] == [0, 1, 2]
+    assert [n async for n in policy.attempts(retries=0)] == [0]
+
+
+async def test_the_policys_abort_resends_are_the_default_of_generate(server, tokenizer):
+    server.script(Turn("partial one", finish="abort", abort_message="worker restarted"), "recovered")
+    client = client_for(
+        server, max_retries=None, retry_delay=None, retry=RetryPolicy(delay_s=0.01, abort_resends=1)
+    )
+    result = await client.generate(ids(tokenizer, "x"), PARAMS)
+    assert result.finish_reason == "stop" and len(server.generate_requests) == 2
 
 
 async def test_empty_input_ids_rejected_locally(server):

@@ -374,7 +374,7 @@ def test_rows_without_the_prompt_key_point_at_input_key(tmp_path):
 
 def test_a_missing_datasets_package_names_the_install_and_the_local_file(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
-    from slime_strands.cli.install_hints import install_command
+    from data_prep.install_hints import install_command
 
     assert dp.main(["--dataset", "aime-2024", "--out", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err

@@ -50,7 +50,7 @@ def test_no_config_files_leaves_the_tokenizer_eos(tmp_path):
 
 def test_unreadable_config_is_a_warning_not_a_failure(tmp_path, caplog):
     tok = _qwen3_in(tmp_path, generation_config="{not json", config=["a list"])
-    with caplog.at_level(logging.WARNING, logger="slime_strands.template.probe"):
+    with caplog.at_level(logging.WARNING, logger="slime_strands.template.facts"):
         assert end_of_sequence_tokens(tok) == ("<|im_end|>",)
     assert caplog.text.count("cannot read eos_token_id") == 2
 

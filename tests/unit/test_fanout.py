@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-import types
 
 import pytest
-from slime_helpers import Sample, slime_group_norm
+from slime_helpers import Sample, group_norm_args, slime_args, slime_group_norm
 
 from slime_strands import metrics, reward
-from slime_strands._slime.adapter import check_fanout_flags, score_sample
+from slime_strands._slime.adapter import score_sample
+from slime_strands._slime.config import SlimeConfig
 from slime_strands._slime.sample_writer import SampleContract, reset_for_generation, write_samples
 from slime_strands.agent.record import EpisodeRecord, MalformedRecordError, SegmentRecord, Termination
 from slime_strands.agent.subagents import subagent_tool
@@ -290,26 +290,13 @@ def test_an_episode_slime_does_not_train_on_stays_one_sample(tokenizer):
 # -- group normalisation per rollout ----------------------------------------------------------------
 
 
-def args(**overrides):
-    values = dict(
-        advantage_estimator="grpo",
-        rewards_normalization=True,
-        grpo_std_normalization=True,
-        n_samples_per_prompt=4,
-        rollout_batch_size=3,
-        reward_key=None,
-    )
-    values.update(overrides)
-    return types.SimpleNamespace(**values)
-
-
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize(
     "overrides", [{}, {"advantage_estimator": "reinforce_plus_plus_baseline"}, {"rollout_batch_size": 2}]
 )
 def test_each_rollout_counts_once_and_its_samples_share_its_advantage(seed, overrides):
     rng = random.Random(seed)
-    a = args(**overrides)
+    a = group_norm_args(**overrides)
     finals, flat = [], []
     for index in range(12):  # 3 prompts x 4 rollouts, each 1 to 3 samples sharing rollout_id = index
         value = rng.choice([1.0, -1.0, -0.9, -0.6])
@@ -337,9 +324,9 @@ def test_failed_rollouts_leave_a_fanned_out_group_alone():
         Sample(rollout_id=2, reward=-1.0, status=S.TRUNCATED),
         Sample(rollout_id=3, reward=-1.0, status=S.COMPLETED),
     ]
-    _, ours = post_process_rewards(args(n_samples_per_prompt=4, rollout_batch_size=1), flat)
+    _, ours = post_process_rewards(group_norm_args(n_samples_per_prompt=4, rollout_batch_size=1), flat)
     alive = [flat[1], flat[3], flat[4]]
-    _, expected = slime_group_norm(args(n_samples_per_prompt=3, rollout_batch_size=1), alive)
+    _, expected = slime_group_norm(group_norm_args(n_samples_per_prompt=3, rollout_batch_size=1), alive)
     assert ours[2] == 0.0
     assert [ours[0], ours[1], ours[3], ours[4]] == pytest.approx([expected[0], *expected], abs=1e-5)
 
@@ -364,24 +351,21 @@ def test_slime_cannot_flatten_a_batch_mixing_samples_and_lists():
     assert all(isinstance(s, Sample) for s in slime_flatten([[[single], pair]]))
 
 
-def flags(**overrides):
-    values = dict(
+def check_fanout(**overrides):
+    flags = dict(
         advantage_estimator="grpo", rewards_normalization=True, partial_rollout=False, group_rm=False
     )
-    values.update(overrides)
-    return types.SimpleNamespace(**values)
+    SlimeConfig.of(slime_args(**{**flags, **overrides})).check_fanout()
 
 
 def test_slime_flags_that_cannot_take_lists():
-    check_fanout_flags(
-        flags(custom_reward_post_process_path="slime_strands.reward_norm.post_process_rewards")
-    )
-    check_fanout_flags(flags(advantage_estimator="ppo"))  # nothing normalised per group
-    check_fanout_flags(flags(rewards_normalization=False))
+    check_fanout(custom_reward_post_process_path="slime_strands.reward_norm.post_process_rewards")
+    check_fanout(advantage_estimator="ppo")  # nothing normalised per group
+    check_fanout(rewards_normalization=False)
     norm = {"custom_reward_post_process_path": "slime_strands.reward_norm.post_process_rewards"}
-    check_fanout_flags(flags(partial_rollout=True, mask_offpolicy_in_partial_rollout=True, **norm))
+    check_fanout(partial_rollout=True, mask_offpolicy_in_partial_rollout=True, **norm)
     with pytest.raises(ConfigurationError) as info:
-        check_fanout_flags(flags(partial_rollout=True, group_rm=True))
+        check_fanout(partial_rollout=True, group_rm=True)
     text = str(info.value)
     assert "--group-rm" in text and "--partial-rollout" not in text, (
         "partial rollout takes fanned-out episodes"
@@ -393,18 +377,18 @@ async def test_the_episode_is_scored_with_slimes_reward_function():
     sample = Sample(
         response="Answer: \\boxed{5}", label="5", metadata={"strands": fanned_record().to_metadata()}
     )
-    a = types.SimpleNamespace(custom_rm_path="slime_strands.reward.math_reward", strands=None)
+    a = SlimeConfig.of(slime_args(custom_rm_path="slime_strands.reward.math_reward", strands=None))
     assert await score_sample(a, sample) == 1.0
     sample.custom_rm_path = "slime_strands.reward.accuracy"  # the sample's own wins, as in slime
     assert await score_sample(a, sample) == 1.0
     with pytest.raises(ConfigurationError, match="set --custom-rm-path"):
-        await score_sample(types.SimpleNamespace(custom_rm_path=None), Sample())
+        await score_sample(SlimeConfig.of(slime_args(custom_rm_path=None)), Sample())
     with pytest.raises(ConfigurationError, match="cannot be imported"):
-        await score_sample(types.SimpleNamespace(custom_rm_path="no_such_module.reward"), Sample())
+        await score_sample(SlimeConfig.of(slime_args(custom_rm_path="no_such_module.reward")), Sample())
 
 
 async def test_reward_functions_answer_slimes_batch_mode():
-    a = types.SimpleNamespace(strands=None)
+    a = slime_args(strands=None)
     samples = [Sample(response="Answer: 5", label="5"), Sample(response="Answer: 4", label="5")]
     assert await reward.math_reward(a, []) == [] and await reward.accuracy(a, []) == []
     assert await reward.math_reward(a, samples) == [1.0, -1.0]

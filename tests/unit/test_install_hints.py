@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import slime_strands
-from slime_strands.cli.install_hints import install_command
+from data_prep.install_hints import install_command
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import types
 import uuid
 
 import pytest
-from conftest import qwen3_tokenizer_path
+from slime_helpers import make_args, slime_args
 
 from slime_strands import rollout
 from slime_strands.agent.record import EpisodeRecord, Termination
@@ -46,9 +46,7 @@ def sample(status=S.COMPLETED, reward=None, group_index=None, remove=False, term
 
 
 def args(**kw):
-    return types.SimpleNamespace(
-        **{"wandb_always_use_train_step": False, "n_samples_per_eval_prompt": 4, **kw}
-    )
+    return slime_args(**{"wandb_always_use_train_step": False, "n_samples_per_eval_prompt": 4, **kw})
 
 
 def install_slime(monkeypatch, layout=None, log=None, step=None):
@@ -187,23 +185,15 @@ def server(tokenizer):
 
 
 def episode_args(server):
-    host, port = server.base_url.removeprefix("http://").split(":")
-    return types.SimpleNamespace(
-        sglang_router_ip=host,
-        sglang_router_port=int(port),
-        hf_checkpoint=qwen3_tokenizer_path(),
-        rollout_max_response_len=2048,
-        rollout_max_context_len=None,
-        strands={"tools": ["rollout_tools.add"], "retry_delay_s": 0.01, "max_retries": 1},
-    )
+    return make_args(server, strands={"tools": ["rollout_tools.add"], "max_retries": 1})
 
 
 async def episode(server, *turns):
-    slime_args = episode_args(server)
+    flags = episode_args(server)
     s = Sample(prompt="What is 2+3?", label="5", session_id=str(uuid.uuid4()))
     server.script(*turns, key=s.session_id)
     params = {"temperature": 1.0, "max_new_tokens": 2048, "skip_special_tokens": False, "no_stop_trim": True}
-    return await rollout.generate(slime_args, s, params)
+    return await rollout.generate(flags, s, params)
 
 
 async def test_real_episodes_through_log_rollout(server, monkeypatch):

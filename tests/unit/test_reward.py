@@ -9,6 +9,7 @@ import types
 from pathlib import Path
 
 import pytest
+from slime_helpers import slime_args
 
 from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.reward import accuracy, extract_answer, final_answer_text, grade, math_reward
@@ -32,7 +33,7 @@ def sample(response: str, label: object = "34", *, evaluation: bool = False, too
 
 
 def args(**reward):
-    return types.SimpleNamespace(strands={"reward": reward} if reward else None)
+    return slime_args(strands={"reward": reward} if reward else None)
 
 
 @pytest.mark.parametrize(

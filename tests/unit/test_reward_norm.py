@@ -4,27 +4,13 @@ its steps in torch float32): identical without FAILED samples; FAILED samples ou
 from __future__ import annotations
 
 import random
-import types
 
 import pytest
-from slime_helpers import Sample, slime_group_norm
+from slime_helpers import Sample, group_norm_args, slime_group_norm
 
 from slime_strands.reward_norm import post_process_rewards
 
 S = Sample.Status
-
-
-def args(**overrides):
-    values = dict(
-        advantage_estimator="grpo",
-        rewards_normalization=True,
-        grpo_std_normalization=True,
-        n_samples_per_prompt=4,
-        rollout_batch_size=3,
-        reward_key=None,
-    )
-    values.update(overrides)
-    return types.SimpleNamespace(**values)
 
 
 def batch(rewards, failed=()):
@@ -50,7 +36,7 @@ REWARDS = [1.0, -1.0, -0.75, 1.0, 0.0, 0.0, 0.0, 0.0, -1.0, -0.8, -0.6, 1.0]
     ],
 )
 def test_without_failures_it_is_slimes_default(overrides):
-    a = args(**overrides)
+    a = group_norm_args(**overrides)
     samples = batch(REWARDS)
     raw, ours = post_process_rewards(a, samples)
     slime_raw, theirs = slime_group_norm(a, samples)
@@ -66,12 +52,12 @@ def test_failed_samples_leave_their_siblings_advantages_alone(seed):
     for i in failed:
         rewards[i] = 0.0  # what generate gives a FAILED sample
     samples = batch(rewards, failed)
-    _, ours = post_process_rewards(args(), samples)
+    _, ours = post_process_rewards(group_norm_args(), samples)
     for group in range(3):
         members = range(4 * group, 4 * group + 4)
         alive = [i for i in members if i not in failed]
         _, expected = slime_group_norm(
-            args(n_samples_per_prompt=3, rollout_batch_size=1), [samples[i] for i in alive]
+            group_norm_args(n_samples_per_prompt=3, rollout_batch_size=1), [samples[i] for i in alive]
         )
         assert [ours[i] for i in alive] == pytest.approx(expected, abs=1e-5)
         assert all(ours[i] == 0.0 for i in members if i in failed)
@@ -80,23 +66,25 @@ def test_failed_samples_leave_their_siblings_advantages_alone(seed):
 def test_the_bias_it_removes_is_real():
     samples = batch([1.0, 1.0, -1.0, 0.0], failed={3})
     samples_full = batch([1.0, 1.0, -1.0, 0.0])
-    a = args(rollout_batch_size=1)
+    a = group_norm_args(rollout_batch_size=1)
     _, ours = post_process_rewards(a, samples)
     _, slime_default = slime_group_norm(a, samples_full)
     assert ours[:3] != pytest.approx(slime_default[:3], abs=1e-3)
 
 
 def test_a_group_left_with_one_sample_has_nothing_to_compare():
-    _, ours = post_process_rewards(args(rollout_batch_size=1), batch([1.0, 0.0, 0.0, 0.0], failed={1, 2, 3}))
+    _, ours = post_process_rewards(
+        group_norm_args(rollout_batch_size=1), batch([1.0, 0.0, 0.0, 0.0], failed={1, 2, 3})
+    )
     assert ours == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_dict_rewards_with_a_reward_key():
-    a = args(rollout_batch_size=1, reward_key="score")
+    a = group_norm_args(rollout_batch_size=1, reward_key="score")
     samples = batch([{"score": 1.0}, {"score": -1.0}, {"score": 1.0}, {"score": 0.0}], failed={3})
     raw, ours = post_process_rewards(a, samples)
     assert raw == [1.0, -1.0, 1.0, 0.0]
     _, expected = slime_group_norm(
-        args(n_samples_per_prompt=3, rollout_batch_size=1), batch([1.0, -1.0, 1.0])
+        group_norm_args(n_samples_per_prompt=3, rollout_batch_size=1), batch([1.0, -1.0, 1.0])
     )
     assert ours[:3] == pytest.approx(expected, abs=1e-5) and ours[3] == 0.0

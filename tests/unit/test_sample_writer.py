@@ -10,9 +10,10 @@ import types
 
 import numpy as np
 import pytest
-from slime_helpers import Sample
+from slime_helpers import Sample, slime_args
 
 from slime_strands._slime.adapter import template_kwargs
+from slime_strands._slime.config import SlimeConfig
 from slime_strands._slime.sample_writer import SampleContract, reset_for_generation, write_sample
 from slime_strands.agent.record import TREATMENTS, EpisodeRecord, MalformedRecordError, Termination
 from slime_strands.errors import ConfigurationError
@@ -84,7 +85,7 @@ def test_record_round_trip_keeps_the_trajectory_out():
     data = record.to_metadata()
     assert "trajectory" not in data and "response" not in data and data["termination"] == "tool_limit"
     assert EpisodeRecord.from_metadata(data) == record
-    with pytest.raises(MalformedRecordError, match="unknown episode record key"):
+    with pytest.raises(MalformedRecordError, match=r"episode record: unknown key\(s\)"):
         EpisodeRecord.from_metadata({**data, "extra": 1})
     with pytest.raises(MalformedRecordError, match="unknown termination 'done'"):
         EpisodeRecord.from_metadata({**data, "termination": "done"})
@@ -92,11 +93,13 @@ def test_record_round_trip_keeps_the_trajectory_out():
 
 
 def test_template_kwargs_from_the_flag_and_the_sample():
-    args = types.SimpleNamespace(apply_chat_template_kwargs='{"enable_thinking": true, "x": 1}')
+    config = SlimeConfig.of(slime_args(apply_chat_template_kwargs='{"enable_thinking": true, "x": 1}'))
     sample = Sample(apply_chat_template_kwargs={"enable_thinking": False})
-    assert template_kwargs(args, sample) == {"enable_thinking": False, "x": 1}, "the sample's own win"
+    assert template_kwargs(config, sample) == {"enable_thinking": False, "x": 1}, "the sample's own win"
     with pytest.raises(ConfigurationError, match="--apply-chat-template-kwargs is not JSON"):
-        template_kwargs(types.SimpleNamespace(apply_chat_template_kwargs="{oops"), Sample())
+        SlimeConfig.of(slime_args(apply_chat_template_kwargs="{oops"))
+    with pytest.raises(ConfigurationError, match="a sample's apply_chat_template_kwargs must be a mapping"):
+        template_kwargs(config, Sample(apply_chat_template_kwargs="thinking"))
 
 
 def _int32(values: list[int]) -> str:

@@ -5,20 +5,15 @@ from __future__ import annotations
 import dataclasses
 import gc
 import re
-import types
 from pathlib import Path
 
 import pytest
+from slime_helpers import slime_args
 
+from slime_strands._slime.config import SlimeConfig
 from slime_strands.agent.runtime import raise_gc_threshold
 from slime_strands.errors import ConfigurationError
-from slime_strands.settings import (
-    PluginSettings,
-    RayPoolSettings,
-    SandboxSettings,
-    SettingsError,
-    settings_from_args,
-)
+from slime_strands.settings import PluginSettings, RayPoolSettings, SandboxSettings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,12 +109,16 @@ def test_the_ray_placement_and_one_workers_own_settings():
     assert dataclasses.replace(worker, placement="ray", concurrency=None, ray=sandbox.ray) == sandbox
 
 
+def settings_from_args(args):
+    return SlimeConfig.of(args).settings
+
+
 def test_from_args_reads_the_strands_key():
-    assert settings_from_args(types.SimpleNamespace()) == PluginSettings()
-    assert settings_from_args(types.SimpleNamespace(strands=None)) == PluginSettings()
-    assert settings_from_args(types.SimpleNamespace(strands={"max_tool_calls": 7})).max_tool_calls == 7
+    assert settings_from_args(slime_args()) == PluginSettings()
+    assert settings_from_args(slime_args(strands=None)) == PluginSettings()
+    assert settings_from_args(slime_args(strands={"max_tool_calls": 7})).max_tool_calls == 7
     explicit = PluginSettings(max_tool_iters=1)
-    assert settings_from_args(types.SimpleNamespace(strands=explicit)) is explicit
+    assert settings_from_args(slime_args(strands=explicit)) is explicit
 
 
 def test_from_yaml(tmp_path):
@@ -225,8 +224,8 @@ def test_a_custom_config_file_may_hold_other_keys_but_no_near_miss_of_strands(tm
 def test_slimes_args_with_a_near_miss_of_strands_are_refused():
     """slime copies --custom-config-path keys onto args: a misspelt section would silently train the defaults."""
     slime_like = {"rollout_batch_size": 8, "custom_rm_path": "x", "trends": 1}
-    assert settings_from_args(types.SimpleNamespace(**slime_like)) == PluginSettings()
+    assert settings_from_args(slime_args(**slime_like)) == PluginSettings()
     for name in ("strand", "Strands", "stands", "strnads"):
-        args = types.SimpleNamespace(**slime_like, **{name: {"max_tool_iters": 1}})
+        args = slime_args(**slime_like, **{name: {"max_tool_iters": 1}})
         with pytest.raises(SettingsError, match=f"slime's args have '{name}' .*did you mean 'strands'"):
             settings_from_args(args)

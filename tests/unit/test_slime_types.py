@@ -9,12 +9,11 @@ import os
 import struct
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
-from slime_helpers import SLIME_SOURCE_ENV, slime_source
+from slime_helpers import SLIME_SOURCE_ENV, slime_args, slime_source
 
 from slime_strands.testing.slime_types import Sample, load_sample_class, real_slime_available
 
@@ -106,7 +105,7 @@ def test_loader_falls_back_to_stand_in_without_slime():
 
 # -- the appender (slime's semantics, checked on hand-made turns) --------------------------------------------
 
-ARGS = types.SimpleNamespace(num_layers=2, moe_router_topk=2, sglang_speculative_algorithm=None)
+ARGS = slime_args(num_layers=2, moe_router_topk=2, sglang_speculative_algorithm=None)
 
 
 def b64(values):

@@ -139,7 +139,7 @@ def test_cutting_a_torn_line_longer_than_the_read_chunk(tmp_path):
     ("mutate", "message"),
     [
         (lambda d: d.update(schema="v0"), "schema is 'v0'"),
-        (lambda d: d.pop("label"), "missing field(s) ['label']"),
+        (lambda d: d.pop("label"), "row: 'label' missing"),
         (lambda d: d["segments"][0]["loss_mask"].pop(), "5 token_ids, 4 loss_mask and 5 logprobs differ"),
         (lambda d: d["segments"][0]["spans"].pop(), "spans cover 4 of 5 tokens"),
         (lambda d: d["segments"][0]["spans"][1].update(start=3), "spans must cover the tokens in order"),

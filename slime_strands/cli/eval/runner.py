@@ -28,8 +28,7 @@ from typing import Any
 
 from ...agent.episode import EpisodeSpec, run_episode
 from ...agent.record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
-from ...agent.runtime import Runtime
-from ...provider.client import SGLangClient
+from ...agent.runtime import Runtime, client_for
 from ...provider.model import SGLangModel
 from ...provider.sampling import merge_sampling_params
 from ...provider.sampling_ranges import range_problems
@@ -37,10 +36,10 @@ from ...reward import accuracy
 from ...sandbox import placement_session
 from ...settings import PluginSettings, RayPoolSettings, SettingsError
 from ...template.render import ChatRenderer
+from ...template.tokenizer_loading import load_tokenizer
 from ...trajectories.config_digest import ConfigDigest
 from ...trajectories.file import TrajectoryRow, TrajectoryWriter, row_key
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_SERVER, CommandError
-from ..tokenizer_loading import load_tokenizer
 from .data import EvalPrompt, load_prompts
 from .digest import served_model, settings_part, tokenizer_part, tools_part
 from .progress import EvalProgress
@@ -179,13 +178,7 @@ class _Evaluator:
 
     async def run(self) -> EvalReport:
         options, settings = self.options, self.settings
-        client = SGLangClient(
-            options.base_url,
-            max_connections=options.concurrency,
-            timeout=settings.request_timeout_s,
-            max_retries=settings.max_retries,
-            retry_delay=settings.retry_delay_s,
-        )
+        client = client_for(settings, options.base_url, max_connections=options.concurrency)
         runtime = Runtime(settings, client, tokenizer=self.tokenizer)
         writer: TrajectoryWriter | None = None
         io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-strands-eval-writer")

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from data_prep.install_hints import install_command
+
 from ...trajectories.file import TrajectoryRow
 from ..errors import CommandError
-from ..install_hints import install_command
 from .summary import DatasetSummary
 
 __all__ = ["TABLE_COLUMNS", "WandbEvalLog", "require_wandb", "summary_metrics"]

@@ -7,6 +7,10 @@ source checkout has this project's ``pyproject.toml`` beside the package folder 
 checkout on the path), an installed copy does not. (The distribution's PEP 610 ``direct_url.json`` cannot be
 trusted for this: run from a checkout, ``importlib.metadata`` finds the checkout's own ``*.egg-info`` first,
 which has none.)
+
+It lives in ``data_prep``, the distribution's package below the command line: ``data_prep`` (whose sources need
+the ``data`` extra) imports nothing of ``slime_strands`` (importing any of it runs the package's ``__init__``,
+which imports the command line, which imports ``data_prep``), and the command line imports it from here.
 """
 
 from __future__ import annotations
@@ -18,14 +22,15 @@ __all__ = ["install_command"]
 
 DISTRIBUTION = "slime-strands"
 _NAME = re.compile(r'^name\s*=\s*"slime-strands"\s*$', re.MULTILINE)
-_PACKAGE_DIR = Path(__file__).resolve().parents[1]
-"""The imported ``slime_strands`` folder (this file is ``slime_strands/cli/install_hints.py``)."""
+_PACKAGE_DIR = Path(__file__).resolve().parent
+"""The imported ``data_prep`` folder (this file is ``data_prep/install_hints.py``): a checkout has this project's
+``pyproject.toml`` beside it, as beside ``slime_strands``."""
 
 
 def install_command(extra: str, package_dir: Path | None = None) -> str:
-    """``pip install -e '<checkout>[extra]'`` when the package is imported from a source checkout, else
-    ``pip install 'slime-strands[extra]'``; ``package_dir``: the imported ``slime_strands`` folder (default:
-    this one)."""
+    """``pip install -e '<checkout>[extra]'`` when the distribution is imported from a source checkout, else
+    ``pip install 'slime-strands[extra]'``; ``package_dir``: an imported package folder of the distribution
+    (default: ``data_prep``'s)."""
     checkout = (package_dir or _PACKAGE_DIR).parent
     if _is_this_project(checkout / "pyproject.toml"):
         return f"pip install -e '{checkout}[{extra}]'"

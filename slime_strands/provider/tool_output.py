@@ -1,0 +1,98 @@
+"""Tool outputs cut to fit: to ``max_tool_output_tokens`` each, and evenly to the room a turn has left.
+
+A tool output is what the model's program printed: possibly megabytes. One longer than
+``max_tool_output_tokens`` keeps its head and tail around a marker saying how many tokens were cut; with
+``fit_tool_outputs``, outputs that would leave a turn fewer than ``min_turn_tokens`` to write are shrunk
+evenly so they fit (context management may instead start a segment that holds them whole). Both work on the
+template-form messages of one render, in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..template.render import ChatRenderer
+from .model_stats import ModelStats
+
+__all__ = ["ToolOutputFitter"]
+
+_MIN_TRUNCATED_TOOL_TOKENS = 32
+_CHARS_PER_TOKEN_BOUND = 16
+_MARKER = "\n... [{} tokens of tool output truncated] ...\n"
+
+Encoded = dict[int, list[int]]
+"""Token ids of tool messages already encoded, by ``id()`` of the message."""
+
+
+class ToolOutputFitter:
+    """Cuts the tool outputs of a model's renders (its live config: ``max_tool_output_tokens``,
+    ``fit_tool_outputs``, ``min_turn_tokens``); cuts are counted in the ``stats`` a render passes."""
+
+    def __init__(self, renderer: ChatRenderer, config: Mapping[str, Any]) -> None:
+        self._renderer = renderer
+        self._config = config
+
+    def cut_to_limit(self, tool_msgs: list[dict[str, Any]], stats: ModelStats | None) -> Encoded:
+        """Cut each tool output to ``max_tool_output_tokens`` (head + tail); returns the token ids it computed.
+
+        An output is encoded on its own only when it may be too long (a token is at least one UTF-8 byte, so
+        one of at most ``limit`` bytes fits): the continuation encodes it anyway.
+        """
+        limit = self._config["max_tool_output_tokens"]
+        if not limit:
+            return {}
+        for message in tool_msgs:  # bound tokenizer work on huge outputs: no token survives beyond this
+            message["content"] = _cut_chars(message["content"], limit * _CHARS_PER_TOKEN_BOUND)
+        long = [m for m in tool_msgs if len(m["content"].encode()) > limit]
+        encoded = {id(m): self._renderer.encode(m["content"]) for m in long}
+        self._cut(long, encoded, limit, stats)
+        return encoded
+
+    def shrink_to_room(
+        self,
+        tool_msgs: list[dict[str, Any]],
+        encoded: Encoded,
+        used: int,
+        room: int | None,
+        stats: ModelStats | None,
+    ) -> bool:
+        """With ``fit_tool_outputs``: shrink every tool output evenly so a render of ``used`` tokens that holds
+        them leaves ``min_turn_tokens`` of ``room`` to generate; True when they were shrunk (render again)."""
+        floor = self._config["min_turn_tokens"]
+        if room is None or not tool_msgs or not self._config["fit_tool_outputs"] or used + floor <= room:
+            return False
+        for m in tool_msgs:
+            if id(m) not in encoded:
+                encoded[id(m)] = self._renderer.encode(m["content"])
+        current = sum(len(encoded[id(m)]) for m in tool_msgs)
+        per_tool = (current - (used + floor - room)) // len(tool_msgs)
+        if per_tool < _MIN_TRUNCATED_TOOL_TOKENS:
+            return False
+        self._cut(tool_msgs, encoded, per_tool, stats)
+        return True
+
+    def _cut(
+        self, tool_msgs: list[dict[str, Any]], encoded: Encoded, limit: int, stats: ModelStats | None
+    ) -> None:
+        renderer = self._renderer
+        for message in tool_msgs:
+            ids = encoded[id(message)]
+            if len(ids) <= limit:
+                continue
+            keep = max(limit - len(renderer.encode(_MARKER.format(len(ids)))), 2)
+            head, tail = ids[: keep - keep // 2], ids[len(ids) - keep // 2 :]
+            dropped = len(ids) - len(head) - len(tail)
+            message["content"] = renderer.decode(head) + _MARKER.format(dropped) + renderer.decode(tail)
+            encoded[id(message)] = renderer.encode(message["content"])
+            if stats is not None:
+                stats.tool_outputs_truncated += 1
+
+
+def _cut_chars(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return (
+        f"{text[:half]}\n... [{len(text) - 2 * half} characters of tool output truncated] ...\n{text[-half:]}"
+    )
