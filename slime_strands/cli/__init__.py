@@ -160,10 +160,10 @@ def _inspect(ns: argparse.Namespace) -> int:
     if ns.list:
         return _list_rows(ns.path)
     _, row = find_row(ns.path, ns.index)
+    from ..template.tokenizer_loading import load_tokenizer
     from ..trajectories.view import build_view
     from .inspect.page import render_html
     from .inspect.terminal import render_terminal, render_token_table
-    from .tokenizer_loading import load_tokenizer
 
     view = build_view(row, load_tokenizer(ns.tokenizer or row.tokenizer))
     if ns.html:
@@ -211,8 +211,8 @@ def _color(choice: str) -> bool:
 
 
 def _drift(ns: argparse.Namespace) -> int:
+    from ..template.tokenizer_loading import load_tokenizer
     from .drift import format_reports, measure, report_json
-    from .tokenizer_loading import load_tokenizer
     from .trajectory_keys import find_row, latest_rows
 
     rows = (
@@ -242,8 +242,8 @@ def _drift(ns: argparse.Namespace) -> int:
 
 def _check_template(ns: argparse.Namespace) -> int:
     """Per thinking mode: the family, the tool parser, how a turn ends, and whether token-in/token-out is safe."""
+    from ..template.tokenizer_loading import load_tokenizer
     from .checks import check_template
-    from .tokenizer_loading import load_tokenizer
 
     tokenizer = load_tokenizer(ns.tokenizer)
     modes = [None, True, False] if ns.enable_thinking == "all" else [_tristate(ns.enable_thinking)]

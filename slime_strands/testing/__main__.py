@@ -9,8 +9,9 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from ..cli.errors import EXIT_INTERRUPTED, CommandError
-from ..cli.tokenizer_loading import DEMO_TOKENIZER
+from ..cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, CommandError
+from ..errors import InputError
+from ..template.tokenizer_loading import DEMO_TOKENIZER
 from .demo_server import DemoServerOptions, serve
 
 _PROG = "python -m slime_strands.testing"
@@ -81,9 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return serve(options)
-    except CommandError as exc:
+    except InputError as exc:  # a CommandError, or one found below the command (a tokenizer that cannot load)
         print(f"{_PROG}: error: {exc}" + (f" -- hint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
-        return exc.exit_code
+        return exc.exit_code if isinstance(exc, CommandError) else EXIT_USAGE
     except KeyboardInterrupt:  # before it was ready
         return EXIT_INTERRUPTED
 

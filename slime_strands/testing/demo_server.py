@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ..cli.errors import EXIT_FAILURES, EXIT_OK, CommandError
-from ..cli.tokenizer_loading import DEMO_TOKENIZER, load_tokenizer
 from ..template.render import ChatRenderer
+from ..template.tokenizer_loading import DEMO_TOKENIZER, load_tokenizer
 from .math_policy import MathPolicy
 from .server import SGLangTestServer, SGLangTestServerError
 

@@ -19,6 +19,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..strict_reader import is_int, is_number
+
 __all__ = ["SAMPLING_FIELDS", "context_error", "contract_error", "request_error", "sampling_value_error"]
 
 
@@ -51,16 +53,8 @@ def _expect(ok: Callable[[Any], bool], expected: str) -> Callable[[Any], None]:
     return check
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-_int = _expect(_is_int, "i64")
-_float = _expect(_is_number, "f64")
+_int = _expect(is_int, "i64")
+_float = _expect(is_number, "f64")
 _str = _expect(lambda v: isinstance(v, str), "a string")
 _bool = _expect(lambda v: isinstance(v, bool), "a boolean")
 _sequence = _expect(lambda v: isinstance(v, list), "a sequence")
@@ -87,7 +81,7 @@ def _int_or_list(value: Any) -> None:
     if isinstance(value, list):
         _each(_int)(value)
     else:
-        _expect(_is_int, "a value or an array of values for Int64OrList")(value)
+        _expect(is_int, "a value or an array of values for Int64OrList")(value)
 
 
 def _float_map(value: Any) -> None:

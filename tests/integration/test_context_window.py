@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
 from typing import Any
@@ -143,6 +144,7 @@ async def test_an_anomaly_before_anything_was_served_is_undone_by_the_next_answe
         ]
         odd = samples[-1]
         turns: dict[str | None, int] = {}
+        shrunk = threading.Event()
 
         def responder(body: dict[str, Any], headers: dict[str, str]) -> Turn | Fault:
             key = headers.get("x-smg-routing-key")
@@ -154,8 +156,12 @@ async def test_an_anomaly_before_anything_was_served_is_undone_by_the_next_answe
                 time.sleep(0.01)  # every first turn is in flight before the odd answer
             if key == odd.session_id:
                 return anomaly_for(body, headers)
-            while client.window.tokens == 32768 and time.monotonic() < deadline:
-                time.sleep(0.01)  # the others are served once the odd answer shrank the window
+            # The others are served once the odd answer shrank the window. The first of them served restores it,
+            # so the one that sees it shrunk releases the rest (each polling the window alone could miss it).
+            while not shrunk.wait(0.01) and time.monotonic() < deadline:
+                if client.window.tokens != 32768:
+                    shrunk.set()
+            assert shrunk.is_set(), "the odd answer never shrank the window"
             return Turn(CALL_ADD)
 
         server.responder = responder

@@ -23,8 +23,8 @@ from helpers import make_agent, make_model
 from strands import tool
 
 from data_prep import prepare as data_prep
-from slime_strands.cli.tokenizer_loading import DEMO_TOKENIZER
 from slime_strands.sandbox import execute_python_code
+from slime_strands.template.tokenizer_loading import DEMO_TOKENIZER
 from slime_strands.testing.demo_server import DemoServerOptions, build_demo_server
 from slime_strands.testing.invariants import assert_trajectory_invariants
 from slime_strands.trajectories.file import TrajectoryRow

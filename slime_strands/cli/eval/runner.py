@@ -39,10 +39,10 @@ from ...reward import accuracy
 from ...sandbox import placement_session
 from ...settings import PluginSettings, RayPoolSettings, SettingsError
 from ...template.render import ChatRenderer
+from ...template.tokenizer_loading import load_tokenizer
 from ...trajectories.config_digest import ConfigDigest
 from ...trajectories.file import TrajectoryRow, TrajectoryWriter, row_key
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_SERVER, CommandError
-from ..tokenizer_loading import load_tokenizer
 from .data import EvalPrompt, load_prompts
 from .digest import served_model, settings_part, tokenizer_part, tools_part
 from .progress import EvalProgress

