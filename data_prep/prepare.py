@@ -4,12 +4,16 @@
     python -m data_prep.prepare --dataset aime-2024 --out /root/data/aime-2024.jsonl
     python -m data_prep.prepare --dataset dapo-math-17k --source ./my-copy.parquet --out train.jsonl
     python -m data_prep.prepare --dataset demo --out demo.jsonl   # 8 arithmetic problems built in, offline
+    python -m data_prep.prepare --dataset geometry3k --out /root/data/geo3k-train.jsonl   # images, for a VLM
 
 Every output line is ``{"prompt": [{"role": "user", "content": ...}], "label": "34"}`` (plus
 ``"metadata": {...}`` when the source row has one), read by slime with
 ``--input-key prompt --label-key label --metadata-key metadata``. A prompt given as a plain string
 becomes one user message. Rows that fail validation are dropped and counted by reason; duplicate
-prompts keep their first occurrence. The output is written atomically (temporary file + rename).
+prompts keep their first occurrence. A dataset with images (``--images-key``, geometry3k's ``images``) writes
+each row's images as data URIs in ``"images"`` and one ``<image>`` placeholder per image in the prompt text (as
+slime's geo3k example reads them: ``--multimodal-keys '{"image": "images"}'``); a row whose placeholders and
+images differ in number is dropped. The output is written atomically (temporary file + rename).
 Progress and the summary go to stderr. Exit status: 0 on success, 1 when no valid row remains,
 2 on usage or input errors.
 """
@@ -30,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .demo import DEMO_SOURCE, demo_rows
+from .images import ImageRowError, image_digest, image_uri
 from .install_hints import install_command
 
 __all__ = ["DATASETS", "DatasetSpec", "PrepareResult", "main", "prepare", "validate_row"]
@@ -49,6 +54,10 @@ class DatasetSpec:
     split: str = "train"
     integer_labels: bool = True
     description: str = ""
+    input_key: str = "prompt"
+    label_key: str = "label"
+    images_key: str | None = None
+    """The column of each row's images (a vision-language dataset)."""
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -56,6 +65,14 @@ DATASETS: dict[str, DatasetSpec] = {
         "zhuzilin/dapo-math-17k", description="DAPO math training set (~17.4k problems, integer answers)"
     ),
     "aime-2024": DatasetSpec("zhuzilin/aime-2024", description="AIME 2024 (30 problems, integer answers)"),
+    "geometry3k": DatasetSpec(
+        "hiyouga/geometry3k",
+        integer_labels=False,
+        description="Geometry3K (2.1k train problems, each with its figure: a VLM agent's data; test split too)",
+        input_key="problem",
+        label_key="answer",
+        images_key="images",
+    ),
     "demo": DatasetSpec(
         DEMO_SOURCE, description="8 arithmetic problems built in: no download (the demo server)"
     ),
@@ -152,6 +169,7 @@ def validate_row(
     label_key: str = "label",
     metadata_key: str = "metadata",
     integer_labels: bool = True,
+    images_key: str | None = None,
 ) -> dict[str, Any]:
     """Return the row in slime's format, or raise ``RowError`` with a reason code and a detail."""
     if not isinstance(row, Mapping):
@@ -160,6 +178,8 @@ def validate_row(
         "prompt": _normalize_prompt(row.get(input_key)),
         "label": _normalize_label(row.get(label_key), integer_labels),
     }
+    if images_key is not None:
+        record["images"] = _images(record["prompt"], row.get(images_key))
     metadata = row.get(metadata_key)
     if metadata is not None:
         if not isinstance(metadata, Mapping):
@@ -168,9 +188,38 @@ def validate_row(
     return record
 
 
+IMAGE_PLACEHOLDER = "<image>"
+"""slime's placeholder for the next image of a row (``slime.utils.types.MultimodalTypes``)."""
+
+
+def _images(prompt: list[dict[str, str]], images: Any) -> list[str]:
+    """The row's images as data URIs, the prompt given one placeholder per image (in place) when it has none."""
+    if hasattr(images, "tolist") and not isinstance(images, (list, tuple)):  # numpy arrays from parquet
+        images = images.tolist()
+    if images is None or not isinstance(images, (list, tuple)) or not images:
+        raise RowError("missing_images", "no images")
+    try:
+        uris = [image_uri(item) for item in images]
+    except ImageRowError as exc:
+        raise RowError("bad_image", str(exc)) from exc
+    placeholders = sum(m["content"].count(IMAGE_PLACEHOLDER) for m in prompt)
+    if placeholders == 0:
+        user = next(m for m in prompt if m["role"] == "user")
+        user["content"] = IMAGE_PLACEHOLDER * len(uris) + user["content"]
+    elif placeholders != len(uris):
+        raise RowError(
+            "image_count", f"{placeholders} {IMAGE_PLACEHOLDER} placeholders for {len(uris)} images"
+        )
+    return uris
+
+
 def _dedup_key(record: Mapping[str, Any]) -> str:
     return json.dumps(
-        [[m["role"], " ".join(m["content"].split())] for m in record["prompt"]], ensure_ascii=False
+        [
+            [[m["role"], " ".join(m["content"].split())] for m in record["prompt"]],
+            [image_digest(uri) for uri in record.get("images", [])],
+        ],
+        ensure_ascii=False,
     )
 
 
@@ -292,6 +341,7 @@ def prepare(
     label_key: str = "label",
     metadata_key: str = "metadata",
     integer_labels: bool = True,
+    images_key: str | None = None,
     dedup: bool = True,
     shuffle: bool = False,
     seed: int = 0,
@@ -322,6 +372,7 @@ def prepare(
                 label_key=label_key,
                 metadata_key=metadata_key,
                 integer_labels=integer_labels,
+                images_key=images_key,
             )
         except RowError as exc:
             drop(exc.reason, exc.detail)
@@ -387,8 +438,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--source", help="local .jsonl/.json/.parquet file or hub dataset id (default: the known one)"
     )
     parser.add_argument("--split", help="hub split (default: train)")
-    parser.add_argument("--input-key", default="prompt", help="source key of the prompt (default: prompt)")
-    parser.add_argument("--label-key", default="label", help="source key of the label (default: label)")
+    parser.add_argument("--input-key", help="source key of the prompt (default: the dataset's, else prompt)")
+    parser.add_argument("--label-key", help="source key of the label (default: the dataset's, else label)")
+    parser.add_argument(
+        "--images-key", help="source key of each row's images, for a VLM (default: the dataset's, else none)"
+    )
     parser.add_argument(
         "--metadata-key", default="metadata", help="source key of the metadata (default: metadata)"
     )
@@ -429,6 +483,11 @@ def main(argv: list[str] | None = None) -> int:
     source = args.source or spec.source  # type: ignore[union-attr]
     split = args.split or (spec.split if spec else "train")
     integer_labels = args.integer_labels if args.integer_labels is not None else spec is not None
+    if spec is not None and not spec.integer_labels and args.integer_labels is None:
+        integer_labels = False
+    args.input_key = args.input_key or (spec.input_key if spec else "prompt")
+    args.label_key = args.label_key or (spec.label_key if spec else "label")
+    args.images_key = args.images_key or (spec.images_key if spec else None)
     _log(
         f"{args.dataset}: reading {source}" + ("" if _looks_local(source) else f" (split {split})"),
         args.quiet,
@@ -441,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             label_key=args.label_key,
             metadata_key=args.metadata_key,
             integer_labels=integer_labels,
+            images_key=args.images_key,
             dedup=args.dedup,
             shuffle=args.shuffle,
             seed=args.seed,

@@ -123,7 +123,8 @@ async def _run(
     try:
         state = slime_generate_state(slime)
         tokenizer = state.tokenizer if state is not None else await runtime.tokenizer()
-        contract = sample_contract(slime, sampling_params, evaluation)
+        vision = await runtime.vision()
+        contract = sample_contract(slime, sampling_params, evaluation, vision)
         spec = episode_spec(slime, sample, sampling_params, evaluation, contract)
         await runtime.preflight(tokenizer, spec.chat_template_kwargs)
         record = await run_episode(
@@ -133,6 +134,7 @@ async def _run(
             spec,
             tools=runtime.tools(),
             abort_signal=None if state is None else runtime.abort_signal(state),
+            vision=vision,
             resume=checkpoint,
             keep_checkpoint=keep_checkpoint,
         )

@@ -163,6 +163,10 @@ class SandboxSettings:
     one file."""
     max_output_chars: int = 8000
     """Characters of stdout+stderr shown to the model (head + tail with a marker when longer)."""
+    return_figures: bool = False
+    """Image files a run saves in its working directory (``plt.savefig("plot.png")``: PNG, JPEG, GIF or WebP;
+    at most 4 of 4 MiB) come back to the model as images in the tool result: for a vision-language model
+    (``false``: a text model never gets an image)."""
     concurrency: int | None = None
     """Executions running at once per event loop (a rollout process has one) with ``placement: local``;
     ``None`` means the number of CPUs. With ``placement: ray`` the pool bounds them (``ray.workers`` x

@@ -15,6 +15,7 @@ from typing import Any
 from conftest import qwen3_tokenizer_path
 
 from slime_strands.cli import main
+from slime_strands.provider.images import ImagePlacement, TrajectoryImage
 from slime_strands.provider.token_manager import TokenManager, TurnInfo
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_trajectory_invariants
@@ -123,14 +124,19 @@ def token_manager(segment: SavedSegment) -> TokenManager:
     tm = TokenManager()
     for span in segment.spans:
         ids = segment.token_ids[span.start : span.end]
+        images = [
+            ImagePlacement(i.start - span.start, TrajectoryImage(i.data_uri, i.tokens, (0, 0)))
+            for i in segment.images
+            if span.start <= i.start < span.end
+        ]
         if span.kind == "prompt":
-            tm.add_prompt(ids)
+            tm.add_prompt(ids, images)
         elif span.kind == "generated":
             tm.add_generation(
                 ids, segment.logprobs[span.start : span.end], TurnInfo(span.finish_reason or "")
             )
         else:
-            tm.add_observation(ids)
+            tm.add_observation(ids, images)
     assert tm.token_ids == segment.token_ids and tm.loss_mask == segment.loss_mask
     assert tm.logprobs == segment.logprobs
     return tm

@@ -52,3 +52,22 @@ def call(name: str, **arguments: Any) -> str:
     import json
 
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+@tool
+def plot_then_abort(expression: str) -> dict:
+    """Plot an expression; returns the figure (and, as it returns the first time, slime aborts the rollout: a
+    call the abort cut runs again when the episode goes on)."""
+    import io
+
+    from PIL import Image
+
+    state, FLAG["state"] = FLAG["state"], None
+    if state is not None:
+        state.aborted = True
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 120, 0)).save(out, format="PNG")
+    return {
+        "status": "success",
+        "content": [{"text": "plotted"}, {"image": {"format": "png", "source": {"bytes": out.getvalue()}}}],
+    }

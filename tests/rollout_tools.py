@@ -52,3 +52,24 @@ helper = subagent_tool(
 async def broken_reward(args, sample, **kwargs):
     """A reward function that fails (a grading service down)."""
     raise RuntimeError("grader down")
+
+
+FIGURE_SIZE = (64, 64)
+
+
+@tool
+def plot(expression: str) -> dict:
+    """Plot an expression; returns the figure."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", FIGURE_SIZE, (30, 90, 200)).save(out, format="PNG")
+    return {
+        "status": "success",
+        "content": [
+            {"text": f"plotted {expression}"},
+            {"image": {"format": "png", "source": {"bytes": out.getvalue()}}},
+        ],
+    }

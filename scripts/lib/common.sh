@@ -80,7 +80,8 @@ ss_defaults() {
     : "${MODELS_DIR:=/root/models}"
     : "${HF_CHECKPOINT:=${MODELS_DIR}/${HF_REPO}}"
     : "${TORCH_DIST_DIR:=${HF_CHECKPOINT}_torch_dist}"
-    : "${SAVE_DIR:=${HF_CHECKPOINT}_strands_dapo}"
+    : "${RUN_SUFFIX:=strands_dapo}"
+    : "${SAVE_DIR:=${HF_CHECKPOINT}_${RUN_SUFFIX}}"
     : "${MODEL_ARGS_NAME:=$(ss_model_args_name_for "${MODEL_NAME}")}"
     : "${MODEL_ARGS_SOURCE:=auto}"
     : "${MODEL_ARGS_ROTARY_BASE:=}"
@@ -88,6 +89,14 @@ ss_defaults() {
     : "${DATA_DIR:=/root/data}"
     : "${TRAIN_DATA:=${DATA_DIR}/dapo-math-17k.jsonl}"
     : "${EVAL_DATA:=${DATA_DIR}/aime-2024.jsonl}"
+    # What AUTO_PREPARE makes TRAIN_DATA / EVAL_DATA from (data_prep datasets and hub splits), the eval
+    # config's dataset EVAL_DATA feeds, and slime's --multimodal-keys (a vision-language dataset's images).
+    : "${TRAIN_DATASET:=dapo-math-17k}"
+    : "${TRAIN_SPLIT:=}"
+    : "${EVAL_DATASET:=aime-2024}"
+    : "${EVAL_SPLIT:=}"
+    : "${EVAL_NAME:=aime}"
+    : "${MULTIMODAL_KEYS:=}"
     # Plugin settings and eval config (absolute paths).
     : "${PLUGIN_CONFIG:=${SS_REPO_DIR}/configs/strands_math.yaml}"
     : "${EVAL_CONFIG_TEMPLATE:=${SS_REPO_DIR}/configs/eval_aime.yaml}"
@@ -309,9 +318,11 @@ ss_check_data() {
 # Preparation helpers (used by AUTO_PREPARE and by the helper scripts)
 # ---------------------------------------------------------------------------------------------
 
-ss_prepare_dataset() { # name out
+ss_prepare_dataset() { # name out [split]
+    local split=()
+    [ -n "${3:-}" ] && split=(--split "$3")
     ss_run env PYTHONPATH="${SS_REPO_DIR}${PYTHONPATH:+:${PYTHONPATH}}" "${PYTHON}" -m data_prep.prepare \
-        --dataset "$1" --out "$2"
+        --dataset "$1" --out "$2" "${split[@]}"
 }
 
 # The configuration a helper script needs from the training script (whose defaults are not exported).
@@ -347,23 +358,23 @@ ss_auto_prepare() {
     fi
     if [ ! -s "${TRAIN_DATA}" ]; then
         ss_log "training data missing: preparing ${TRAIN_DATA}"
-        ss_prepare_dataset dapo-math-17k "${TRAIN_DATA}"
+        ss_prepare_dataset "${TRAIN_DATASET}" "${TRAIN_DATA}" "${TRAIN_SPLIT}"
     fi
     if [ ! -s "${EVAL_DATA}" ]; then
         ss_log "eval data missing: preparing ${EVAL_DATA}"
-        ss_prepare_dataset aime-2024 "${EVAL_DATA}"
+        ss_prepare_dataset "${EVAL_DATASET}" "${EVAL_DATA}" "${EVAL_SPLIT}"
     fi
 }
 
 # ---------------------------------------------------------------------------------------------
 # Eval config: slime's --eval-config needs real data paths, so the template in configs/ is
 # rendered into the run directory with DATA_DIR / EVAL_DATA applied (and kept there with the run).
-# Paths under /root/data/ are re-rooted onto DATA_DIR; the dataset named "aime" gets EVAL_DATA;
+# Paths under /root/data/ are re-rooted onto DATA_DIR; the dataset named EVAL_NAME (aime) gets EVAL_DATA;
 # EVAL_N_SAMPLES / EVAL_MAX_RESPONSE_LEN override every dataset when set.
 # ---------------------------------------------------------------------------------------------
 
 ss_render_eval_config() { # template -> stdout
-    DATA_DIR="${DATA_DIR}" EVAL_DATA="${EVAL_DATA}" EVAL_N_SAMPLES="${EVAL_N_SAMPLES}" \
+    DATA_DIR="${DATA_DIR}" EVAL_DATA="${EVAL_DATA}" EVAL_NAME="${EVAL_NAME}" EVAL_N_SAMPLES="${EVAL_N_SAMPLES}" \
         EVAL_MAX_RESPONSE_LEN="${EVAL_MAX_RESPONSE_LEN}" "${PYTHON}" - "$1" <<'PY'
 import os, sys, yaml
 
@@ -374,7 +385,7 @@ for ds in datasets:
     path = str(ds.get("path", ""))
     if path.startswith("/root/data/"):
         ds["path"] = data_dir + path[len("/root/data"):]
-    if ds.get("name") == "aime" and os.environ.get("EVAL_DATA"):
+    if ds.get("name") == os.environ["EVAL_NAME"] and os.environ.get("EVAL_DATA"):
         ds["path"] = os.environ["EVAL_DATA"]
     if os.environ.get("EVAL_N_SAMPLES"):
         ds["n_samples_per_eval_prompt"] = int(os.environ["EVAL_N_SAMPLES"])
@@ -494,6 +505,9 @@ ss_rollout_args() {
     if [ -n "${MAX_CONTEXT_LEN}" ]; then
         SS_ROLLOUT_ARGS+=(--rollout-max-context-len "${MAX_CONTEXT_LEN}")
     fi
+    if [ -n "${MULTIMODAL_KEYS}" ]; then
+        SS_ROLLOUT_ARGS+=(--multimodal-keys "${MULTIMODAL_KEYS}")
+    fi
     if [ "${PARTIAL_ROLLOUT}" = 1 ]; then
         SS_ROLLOUT_ARGS+=(--partial-rollout
             --over-sampling-batch-size "${OVER_SAMPLING_BATCH_SIZE:-$((ROLLOUT_BATCH_SIZE * 3 / 2))}")
@@ -602,7 +616,7 @@ ss_train_main() {
     [ -n "${WANDB_KEY}" ] || ss_log "no WANDB_KEY: wandb logs offline into ${WANDB_DIR} (upload later: wandb sync ${WANDB_DIR}/wandb/offline-run-*)"
 
     local run_config_dir="${SAVE_DIR}/run_config"
-    local eval_config="${run_config_dir}/eval_aime.yaml"
+    local eval_config="${run_config_dir}/${EVAL_CONFIG_TEMPLATE##*/}"
     if ss_is_dry_run; then
         ss_log "would write ${eval_config}:"
         ss_render_eval_config "${EVAL_CONFIG_TEMPLATE}" | sed 's/^/    /' >&2 || ss_warn "could not render ${EVAL_CONFIG_TEMPLATE}"

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..agent.episode import EpisodeSpec
 from ..errors import ConfigurationError
+from ..provider.images import Vision
 from .config import SlimeConfig
 from .sample_writer import SampleContract
 
@@ -55,11 +56,12 @@ def slime_generate_state(config: SlimeConfig) -> Any:
 
 
 def sample_contract(
-    config: SlimeConfig, sampling_params: Mapping[str, Any], evaluation: bool
+    config: SlimeConfig, sampling_params: Mapping[str, Any], evaluation: bool, vision: Vision | None = None
 ) -> SampleContract:
-    """What slime's trainer will demand of this sample; eval samples are never trained on."""
+    """What slime's trainer will demand of this sample (a vision-language model's: its images, made with
+    ``vision``); eval samples are never trained on."""
     if evaluation:
-        return SampleContract(reward_key=config.eval_reward_key or config.reward_key)
+        return SampleContract(reward_key=config.eval_reward_key or config.reward_key, vision=vision)
     custom = sampling_params.get("custom_params")
     top_p = (isinstance(custom, Mapping) and bool(custom.get(_TOP_P_PARAM))) or config.rollout_top_p != 1.0
     return SampleContract(
@@ -68,6 +70,7 @@ def sample_contract(
         speculative=config.speculative,
         reward_key=config.reward_key,
         mask_offpolicy=config.mask_offpolicy,
+        vision=vision,
     )
 
 

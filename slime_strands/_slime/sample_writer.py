@@ -11,6 +11,13 @@ slime converts every sample of a batch the same way, so a sample it trains on mu
 run asked for, and a FAILED sample must carry it too (masked): one FAILED sample must never crash a step.
 Replay data that is missing or does not line up makes the sample FAILED, loudly, instead of crashing.
 
+A vision-language model's sample carries the images its tokens show, as slime's own VLM rollout fills them
+(``slime/rollout/sglang_rollout.py``, ``examples/geo3k_vlm_multi_turn``): ``multimodal_inputs = {"images":
+[PIL...], "videos": None}`` and ``multimodal_train_inputs`` (the image processor's ``pixel_values`` and
+``image_grid_thw``, which slime's trainer concatenates per micro-batch and feeds the model's ``forward``
+alongside the tokens: the k-th grid must be the k-th run of pads in ``tokens``). Each sample gets exactly the
+images whose runs are in ITS tokens: a segment its own, a FAILED sample those of the prompt it keeps.
+
 An episode of several trajectory segments (compaction, collected sub-agents) becomes one sample per segment
 (:func:`write_samples`), each written exactly like a whole episode from its own trajectory: its own prompt,
 tokens, loss mask, logprobs, status, top-p spans and routed experts. Bad replay data in any segment makes
@@ -27,13 +34,14 @@ import copy
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..agent.record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from ..errors import SlimeStrandsError
+from ..provider.images import TrajectoryImage, Vision
 from ..provider.token_manager import TokenManager
 from ..strict_reader import is_int
 
@@ -71,6 +79,9 @@ class SampleContract:
     mask_offpolicy: bool = False
     """``--partial-rollout --mask-offpolicy-in-partial-rollout``: tokens written before the episode's last
     continuation (``SegmentRecord.carried_tokens``) get loss mask 0, their logprobs kept (as slime masks)."""
+    vision: Vision | None = field(default=None, compare=False)
+    """A vision-language model's image processor: the sample's ``multimodal_*`` fields are written (None for a
+    text model: they are left as slime made them)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,7 @@ def reset_for_generation(sample: Any) -> int:
     sample.rollout_top_p_token_ids = None
     sample.rollout_top_p_token_offsets = None
     sample.rollout_routed_experts = None
+    sample.multimodal_train_inputs = None
     sample.teacher_log_probs = None
     sample.weight_versions = []
     sample.reward = None
@@ -132,6 +144,7 @@ def write_sample(
         carried = record.segments[-1].carried_tokens if record.segments else 0
         try:
             _write_trajectory(sample, record.trajectory, contract if trains else None, carried)
+            _write_images(sample, record.trajectory.images_before(len(record.trajectory)), contract.vision)
         except ReplayError as exc:
             record = _failed(sample, record, exc)
         else:
@@ -156,6 +169,7 @@ def write_samples(sample: Any, record: EpisodeRecord, contract: SampleContract, 
         for target, segment in zip(samples, record.segments, strict=True):
             assert segment.trajectory is not None
             _write_trajectory(target, segment.trajectory, contract, segment.carried_tokens)
+            _write_images(target, segment.trajectory.images_before(len(segment.trajectory)), contract.vision)
     except ReplayError as exc:  # the FAILED layout resets what the appender touched
         failed = write_sample(sample, _failed(sample, record, exc), contract, tokenizer)
         return Written((sample,), failed)
@@ -348,6 +362,18 @@ def _int32_array(meta: Mapping[str, Any], keys: Iterable[str]) -> np.ndarray | N
         raise ReplayError(f"meta_info[{key!r}] is not an int32 array: {exc}") from exc
 
 
+def _write_images(sample: Any, images: Sequence[TrajectoryImage], vision: Vision | None) -> None:
+    """The images of the sample's tokens, in their order, as slime's VLM trainer reads them (see the module
+    docstring); nothing for a text model's sample."""
+    if vision is None and not images:
+        return
+    if not images:
+        sample.multimodal_inputs = sample.multimodal_train_inputs = None
+        return
+    sample.multimodal_inputs = {"images": [image.pil() for image in images], "videos": None}
+    sample.multimodal_train_inputs = vision.train_inputs(images) if vision is not None else None
+
+
 # -- failed episodes ---------------------------------------------------------------------------------
 
 
@@ -359,6 +385,7 @@ def _write_failed(sample: Any, tm: TokenManager | None, contract: SampleContract
     filler = eos if isinstance(eos, int) else 0
     prompt = tm.token_ids[: tm.prompt_length] if tm is not None and tm.prompt_length else [filler]
     sample.tokens = [*prompt, filler]
+    _write_images(sample, tm.images_before(tm.prompt_length) if tm is not None else [], contract.vision)
     sample.response_length = 1
     sample.loss_mask = [0]
     sample.rollout_log_probs = [0.0]

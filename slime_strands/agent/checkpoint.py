@@ -18,6 +18,7 @@ slime's buffer), token ids as base64 int32 and logprobs as base64 float64 (exact
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from ..provider.checkpoint import (
 from ..provider.model_stats import ModelStats
 from ..strict_reader import StrictReader
 
-__all__ = ["CHECKPOINT_VERSION", "EpisodeCheckpoint", "SegmentCheckpoint", "ToolCounters"]
+__all__ = ["CHECKPOINT_VERSION", "EpisodeCheckpoint", "SegmentCheckpoint", "ToolCounters", "plain_message"]
 
 CHECKPOINT_VERSION = 1
 """Bumped when the saved layout changes; a checkpoint of another version is not continued."""
@@ -101,7 +102,7 @@ class EpisodeCheckpoint:
         return {
             "version": self.version,
             "system_prompt": self.system_prompt,
-            "messages": [dict(m) for m in self.messages],
+            "messages": [plain_message(m) for m in self.messages],
             "trajectory": trajectory_data(self.trajectory),
             "opened_by": self.opened_by,
             "closed": [
@@ -139,6 +140,7 @@ class EpisodeCheckpoint:
             )
         for i, message in enumerate(messages):
             _check_message(message, f"messages[{i}]")
+        messages = [_image_bytes(m) for m in messages]
         tools = d.sub("tools")
         checkpoint = cls(
             system_prompt=d.optional_text("system_prompt"),
@@ -169,6 +171,50 @@ def _read_segment(d: StrictReader) -> SegmentCheckpoint:
     )
     d.done()
     return segment
+
+
+_BASE64 = "base64"
+"""The key an image source's bytes are saved under, as base64 text (plain data survives every hop)."""
+
+
+def _map_image_sources(message: Mapping[str, Any], convert: Any) -> dict[str, Any]:
+    """``message`` with ``convert`` applied to the source of every image block (its own or a tool result's)."""
+
+    def block(b: Mapping[str, Any]) -> Mapping[str, Any]:
+        if "image" in b and isinstance(b["image"], Mapping):
+            return {**b, "image": {**b["image"], "source": convert(b["image"].get("source") or {})}}
+        if "toolResult" in b and isinstance(b["toolResult"], Mapping):
+            result = b["toolResult"]
+            return {**b, "toolResult": {**result, "content": [block(c) for c in result.get("content") or []]}}
+        return b
+
+    return {**message, "content": [block(b) for b in message.get("content") or []]}
+
+
+def plain_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A Strands message as plain data: image bytes as base64 text."""
+
+    def convert(source: Mapping[str, Any]) -> Mapping[str, Any]:
+        data = source.get("bytes")
+        if not isinstance(data, (bytes, bytearray)):
+            return source
+        return {_BASE64: base64.b64encode(data).decode("ascii")}
+
+    return _map_image_sources(message, convert)
+
+
+def _image_bytes(message: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`plain_message` read back: the images' bytes as Strands holds them."""
+
+    def convert(source: Mapping[str, Any]) -> Mapping[str, Any]:
+        if _BASE64 not in source:
+            return source
+        try:
+            return {"bytes": base64.b64decode(str(source[_BASE64]), validate=True)}
+        except ValueError as exc:
+            raise MalformedCheckpointError(f"an image of the conversation is not base64: {exc}") from exc
+
+    return _map_image_sources(message, convert)
 
 
 def _check_message(message: Any, where: str) -> None:

@@ -32,6 +32,7 @@ from ..errors import ConfigurationError
 from ..provider.abort_signal import AbortSignal
 from ..provider.checkpoint import MalformedCheckpointError
 from ..provider.client import SGLangClient, SGLangError
+from ..provider.images import Vision, image_block
 from ..provider.model import (
     INVALID_TOOL_NAME,
     GenerationAbortedError,
@@ -93,6 +94,7 @@ async def run_episode(
     resume: EpisodeCheckpoint | None = None,
     keep_checkpoint: bool = True,
     should_stop: Callable[[], bool] | None = None,
+    vision: Vision | None = None,
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
@@ -102,7 +104,8 @@ async def run_episode(
     of being retried, and the record's ``checkpoint`` says how to continue it (``keep_checkpoint`` false: none
     is captured, for an episode nobody will continue). ``resume`` continues such an episode (one that cannot be
     restored starts again from the prompt, with a warning). ``hooks`` are added to the agent after
-    slime-strands' own (observers: metrics, benchmarks)."""
+    slime-strands' own (observers: metrics, benchmarks). ``vision``: a vision-language model's image processor
+    (images in the prompt and in tool results then reach the model)."""
     started = time.perf_counter()
     raise_gc_threshold(settings)
     if tools is None:
@@ -112,11 +115,11 @@ async def run_episode(
     if stopped and resume is None:
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
     try:
-        episode = _build(tokenizer, client, settings, spec, tools, abort, hooks)
+        episode = _build(tokenizer, client, settings, spec, tools, abort, hooks, vision)
         if resume is not None and not _resumed(episode, resume, going_on=not stopped):
             if stopped:  # nothing to keep: the next step starts it from its prompt
                 return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
-            episode = _build(tokenizer, client, settings, spec, tools, abort, hooks)
+            episode = _build(tokenizer, client, settings, spec, tools, abort, hooks, vision)
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only
@@ -191,6 +194,7 @@ def _build(
     tools: Sequence[Any],
     abort_signal: AbortSignal | None,
     hooks: Sequence[HookProvider],
+    vision: Vision | None = None,
 ) -> _Episode:
     system_prompt, history, prompt = _split_prompt(spec.prompt, settings.system_prompt)
     template_kwargs: dict[str, Any] = {}
@@ -214,6 +218,7 @@ def _build(
         return_routed_experts=spec.return_routed_experts,
         abort_retries=settings.server_abort_retries,
         abort_signal=abort_signal,
+        vision=vision,
     )
     limiter = ToolLimiter(max_tool_iters=settings.max_tool_iters, max_tool_calls=settings.max_tool_calls)
     tool_stats = _ToolStats()
@@ -288,8 +293,27 @@ def _split_prompt(prompt: Any, default_system: str) -> tuple[str | None, list[di
         role = message.get("role")
         if role not in ("user", "assistant"):
             raise ValueError(f"unsupported role {role!r} in the prompt")
-        history.append({"role": role, "content": [{"text": _text(message.get("content"))}]})
-    return system, history, [{"text": _text(messages[-1].get("content"))}]
+        history.append({"role": role, "content": _blocks(message.get("content"))})
+    return system, history, _blocks(messages[-1].get("content"))
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    """A chat message's content as Strands content blocks: its text, and each image part (slime's
+    ``{"type": "image", "image": <data URI, base64 or absolute path>}``, what ``--multimodal-keys`` makes of a
+    dataset's ``<image>`` placeholders) as an image block, in order."""
+    if not isinstance(content, list) or not any(_is_image(part) for part in content):
+        return [{"text": _text(content)}]
+    blocks: list[dict[str, Any]] = []
+    for part in content:
+        if _is_image(part):
+            blocks.append({"image": image_block(part["image"])})
+        elif isinstance(part, dict) and part.get("text"):
+            blocks.append({"text": str(part["text"])})
+    return blocks
+
+
+def _is_image(part: Any) -> bool:
+    return isinstance(part, dict) and "image" in part
 
 
 def _text(content: Any) -> str:

@@ -41,7 +41,7 @@ from ..provider.abort_signal import AbortSignal
 from ..provider.checkpoint import MalformedCheckpointError, PendingTurn, TrajectoryCheckpoint, check_plain
 from ..provider.token_manager import TokenManager
 from ..settings import COMPACTION_STRATEGIES
-from .checkpoint import EpisodeCheckpoint, ToolCounters
+from .checkpoint import EpisodeCheckpoint, ToolCounters, plain_message
 from .history import AgentHistory
 from .limits import StopWhen, ToolLimiter
 from .record import TREATMENTS, MalformedRecordError, SegmentRecord
@@ -190,7 +190,7 @@ def capture(
     if problem is None:
         try:
             for message in messages:
-                check_plain(message, "a message")
+                check_plain(plain_message(message), "a message")
         except MalformedCheckpointError as exc:
             problem = str(exc)
     if problem is not None:

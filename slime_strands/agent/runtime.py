@@ -24,6 +24,7 @@ from strands.types.tools import AgentTool
 from ..errors import ConfigurationError
 from ..provider.abort_signal import AbortSignal
 from ..provider.client import SGLangClient
+from ..provider.images import Vision, load_vision
 from ..settings import PluginSettings
 from ..template.render import ChatRenderer
 
@@ -45,11 +46,17 @@ class Runtime:
         *,
         tokenizer_path: str | None = None,
         tokenizer: Any = None,
+        vision: Vision | None = None,
     ) -> None:
+        """``vision``: a vision-language model's image processor (default: loaded from ``tokenizer_path`` when
+        that is a vision-language checkpoint, see :func:`~slime_strands.provider.images.load_vision`)."""
         self.settings = settings
         self.client = client
         self._tokenizer_path = tokenizer_path
         self._tokenizer = tokenizer
+        self._vision: tuple[Vision | None] | None = (
+            (vision,) if vision is not None or not tokenizer_path else None
+        )
         self._tools: list[Any] | None = None
         self._checked_templates: set[str] = set()
         self._isolation_checked = False
@@ -83,6 +90,16 @@ class Runtime:
                     ) from exc
                 self._loaded_tokenizers[path] = tokenizer
             self._tokenizer = tokenizer
+
+    async def vision(self) -> Vision | None:
+        """The model's :class:`Vision` (None for a text model), loaded once from ``tokenizer_path``."""
+        if self._vision is None:
+            path = self._tokenizer_path
+            loaded = (
+                await asyncio.get_running_loop().run_in_executor(None, load_vision, path) if path else None
+            )
+            self._vision = (loaded,)
+        return self._vision[0]
 
     def abort_signal(self, state: Any) -> AbortSignal:
         """slime's abort flag (``state.aborted``, ``state`` its GenerateState) as one AbortSignal for every

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import SlimeStrandsError
 from ..strict_reader import StrictReader, is_int
+from .images import ImagePlacement, TrajectoryImage
 from .model_stats import ModelStats, TurnCut
 from .token_manager import SpanKind, TokenManager, TurnInfo, count_turns
 
@@ -63,6 +64,8 @@ class TrajectoryCheckpoint:
     """The generated tokens' logprobs in order, base64 of little-endian float64."""
     turns: tuple[TurnInfo, ...]
     """The server's info of each generated span, in order (meta_info included)."""
+    images: tuple[ImagePlacement, ...] = ()
+    """A vision-language model's images, each at the start of its expanded run (each image once)."""
 
     @classmethod
     def of(cls, tm: TokenManager) -> TrajectoryCheckpoint:
@@ -75,6 +78,7 @@ class TrajectoryCheckpoint:
             token_ids=_pack("i", tm.token_ids),
             logprobs=_pack("d", sampled),
             turns=tuple(s.info or TurnInfo("stop") for s in spans if s.kind == "generated"),
+            images=tuple(tm.images),
         )
 
     def rebuild(self) -> TokenManager:
@@ -85,11 +89,16 @@ class TrajectoryCheckpoint:
         tm, at, sampled = TokenManager(), 0, 0
         for kind, length in zip(self.kinds, self.lengths, strict=True):
             part = ids[at : at + length]
+            images = [
+                ImagePlacement(p.start - at, p.image) for p in self.images if at <= p.start < at + length
+            ]
             try:
+                if images and kind == "generated":
+                    raise ValueError("an image in a generated span")
                 if kind == "prompt":
-                    tm.add_prompt(part)
+                    tm.add_prompt(part, images)
                 elif kind == "observation":
-                    tm.add_observation(part)
+                    tm.add_observation(part, images)
                 else:
                     turn = next(turns, None)
                     if turn is None:
@@ -101,6 +110,8 @@ class TrajectoryCheckpoint:
             at += length
         if sampled != len(logprobs) or next(turns, None) is not None:
             raise MalformedCheckpointError("the logprobs or turns do not match the generated spans")
+        if len(tm.images) != len(self.images):
+            raise MalformedCheckpointError("an image is outside the trajectory's spans")
         return tm
 
     @property
@@ -175,6 +186,15 @@ def trajectory_data(t: TrajectoryCheckpoint) -> dict[str, Any]:
             }
             for info in t.turns
         ],
+        "images": [
+            {
+                "start": p.start,
+                "tokens": p.image.tokens,
+                "size": list(p.image.size),
+                "data_uri": p.image.data_uri,
+            }
+            for p in t.images
+        ],
     }
 
 
@@ -232,9 +252,34 @@ def read_trajectory(d: StrictReader) -> TrajectoryCheckpoint:
         token_ids=d.text("token_ids"),
         logprobs=d.text("logprobs"),
         turns=tuple(turns),
+        images=_read_images(d),
     )
     d.done()
     return trajectory
+
+
+def _read_images(d: StrictReader) -> tuple[ImagePlacement, ...]:
+    """The trajectory's images (none in a checkpoint older writers saved)."""
+    if not d.has("images"):
+        return ()
+    return tuple(
+        _read_image(checkpoint_reader(item, f"{d.where}.images[{i}]"))
+        for i, item in enumerate(d.items("images"))
+    )
+
+
+def _read_image(d: StrictReader) -> ImagePlacement:
+    size = d.items("size")
+    if len(size) != 2 or not all(is_int(n) and n > 0 for n in size):
+        d.fail(f"{d.where}.size: (width, height) in pixels expected")
+    placed = ImagePlacement(
+        d.integer("start", negative=False),
+        TrajectoryImage(d.text("data_uri"), d.integer("tokens", negative=False), (size[0], size[1])),
+    )
+    if placed.image.tokens < 1:
+        d.fail(f"{d.where}.tokens: an image has at least one token")
+    d.done()
+    return placed
 
 
 def read_stats(d: StrictReader) -> ModelStats:

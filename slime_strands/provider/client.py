@@ -440,6 +440,8 @@ class SGLangClient:
         extra_body: Mapping[str, Any] | None = None,
         handle: RequestHandle | None = None,
         abort_expected: Callable[[], bool] | None = None,
+        image_data: Sequence[str] = (),
+        image_tokens: int = 0,
     ) -> GenerateResult:
         """Generate from ``input_ids`` (never text) and return output ids with their logprobs.
 
@@ -460,19 +462,24 @@ class SGLangClient:
         a worker restarting behind the router) is sent again, up to ``abort_retries`` times (default: the retry
         policy's ``abort_resends``, 0 unless set), then raises :class:`SGLangAbortError`; an abort the caller
         asked for (slime's own) is returned as is. ``abort_expected`` is the older name of ``abort_signal``.
+
+        ``image_data``: every image of the conversation so far, in prompt order, each shown by one pad in the
+        ids; ``image_tokens``: the pads the server adds expanding them (the prompt it counts is that longer).
         """
         if abort_expected is not None:
             if abort_signal is not None:
                 raise ValueError("pass abort_signal (or its older name abort_expected), not both")
             abort_signal = abort_expected
         resends = self.retry.abort_resends if abort_retries is None else abort_retries
-        count = len(input_ids) + len(input_ids_tail)
+        count = len(input_ids) + len(input_ids_tail) + image_tokens
         if not count:
             raise ValueError("input_ids must not be empty")
         if routed_experts_start_len < 0 or routed_experts_start_len > count:
             raise ValueError(f"routed_experts_start_len must be in [0, {count}]")
         if not isinstance(input_ids, TokenIdsJSON):
             input_ids = TokenIdsJSON(input_ids)
+        if image_data:
+            extra_body = {**(extra_body or {}), "image_data": list(image_data)}
         body = _generate_body(
             sampling_params, count, return_routed_experts, routed_experts_start_len, extra_body
         )

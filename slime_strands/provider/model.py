@@ -47,11 +47,12 @@ from ..tool_parsers import AUTO, ToolParser, ToolSchemas
 from .budgets import MIN_GENERATION_ROOM, ResponseBudgetExhaustedError, TurnBudget, TurnBudgets
 from .checkpoint import ModelCheckpoint, PendingTurn
 from .client import GenerateResult, SGLangClient, SGLangContextLengthError, TokenIdsJSON
+from .images import TrajectoryImage, Vision
 from .malformed_calls import MalformedCallHook
 from .model_stats import ModelStats, TurnCut
 from .offload import offload
 from .sampling import GRAMMAR_KEYS, SGLANG_SAMPLING_KEYS, checked_params, turn_params
-from .token_manager import TokenManager, TurnInfo
+from .token_manager import TokenManager, TurnInfo, collapse_images
 from .tool_output import ToolOutputFitter
 from .turn_events import INVALID_TOOL_NAME, format_stream_events, format_usage, plan_tool_calls
 from .turn_input import InputRenderer
@@ -138,8 +139,12 @@ class SGLangModel(Model):
         enable_thinking: bool | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         tool_parser: ToolParser | str | None = AUTO,
+        vision: Vision | None = None,
         **config: Any,
     ) -> None:
+        """``vision``: a vision-language model's image tokens and processor
+        (:func:`~slime_strands.provider.images.load_vision`): image content blocks then reach the server as
+        ``image_data`` with one pad each in ``input_ids``, expanded in the trajectory as the server expands them."""
         if client is None:
             if base_url is None:
                 raise ValueError("SGLangModel needs a client= or a base_url=")
@@ -154,6 +159,8 @@ class SGLangModel(Model):
             tokenizer, enable_thinking=enable_thinking, template_kwargs=chat_template_kwargs
         )
         self.tool_parser = select_tool_parser(self._renderer, tool_parser)
+        if vision is not None:  # the template must show images, one placeholder each, incrementally
+            self._renderer.check_images(self._renderer.token_text(vision.image_token_id))
         self.config: SGLangConfig = {
             "context_window_limit": None,
             "model_id": model_id,
@@ -172,8 +179,9 @@ class SGLangModel(Model):
         }
         self.update_config(params=dict(params if params is not None else sampling_params or {}), **config)
         self._budgets = TurnBudgets(self.config, client)
+        self.vision = vision
         self._input = InputRenderer(
-            self._renderer, ToolOutputFitter(self._renderer, self.config), self._budgets
+            self._renderer, ToolOutputFitter(self._renderer, self.config), self._budgets, vision
         )
         self._requests = TurnRequests(client)
         self._hook = MalformedCallHook(lambda tool_use_id: self._state.error_of(tool_use_id))
@@ -243,6 +251,7 @@ class SGLangModel(Model):
             client=self.client,
             chat_template_kwargs=self._renderer.template_kwargs,
             tool_parser=self.tool_parser,
+            vision=self.vision,
             **config,
         )
 
@@ -282,20 +291,28 @@ class SGLangModel(Model):
         tools, schemas = self._input.template_tools(tool_specs)
         tm, state = self.token_manager, self._state
         continued = state.continued_turn(messages)
-        delta_ids, starts_in_reasoning = await self._input.render(
+        delta_ids, images, starts_in_reasoning = await self._input.render(
             tm, state, self.stats, messages, system_prompt, tools, continued
         )
         await self._requests.follow(tm)
-        delta_json = await offload(len(delta_ids) * 4, TokenIdsJSON, delta_ids)
+        wire = collapse_images(delta_ids, images) if images else delta_ids
+        delta_json = await offload(len(wire) * 4, TokenIdsJSON, wire)
         so_far = _turn_so_far(tm) if continued is not None else []
         input_len = len(tm) + len(delta_ids)
         params = turn_params(self.config["params"], self._renderer.turn_end_ids)
 
         started = time.perf_counter()
-        result, cut = await self._send_turn(params, delta_json, len(delta_ids), continued, len(so_far))
+        result, cut = await self._send_turn(
+            params,
+            delta_json,
+            len(delta_ids),
+            continued,
+            len(so_far),
+            [p.image for p in (*tm.images, *images)],
+        )
         elapsed = time.perf_counter() - started
         if delta_ids:
-            tm.add_observation(delta_ids)
+            tm.add_observation(delta_ids, images)
             self._requests.extend(delta_json)
         if result.finish_reason == "abort":
             self._cut_by_abort(result, params, elapsed, continued, len(messages), starts_in_reasoning, cut)
@@ -402,13 +419,15 @@ class SGLangModel(Model):
         delta_len: int,
         continued: PendingTurn | None,
         spent: int,
+        images: Sequence[TrajectoryImage],
     ) -> tuple[GenerateResult, TurnBudget]:
         """Send the turn sized to the budgets; returns the answer and the turn's budget (how a ``length`` finish
         of it ends the episode). A ``continued`` turn (an abort cut it after ``spent`` tokens) asks for the rest
         of the budget it was sent with; none left: it ends ``length`` without a request. A context refusal that
         names the window (the window was unknown: the server does not report it, or could not be asked)
         teaches it to the client: the turn is clamped and sent again (``context_resends`` of the client's retry
-        policy: once); a prompt that cannot fit raises ``ContextWindowOverflowException``."""
+        policy: once); a prompt that cannot fit raises ``ContextWindowOverflowException``. ``images``: every image
+        of the trajectory and the turn's input, sent as ``image_data``."""
         tm, refusal, refusals = self.token_manager, None, 0
         while True:
             if continued is None:
@@ -431,6 +450,8 @@ class SGLangModel(Model):
                     return_routed_experts=self.config["return_routed_experts"],
                     routed_experts_start_len=_routing_rows_held(tm),
                     abort_retries=self.config["abort_retries"],
+                    image_data=[image.data_uri for image in images],
+                    image_tokens=sum(image.tokens - 1 for image in images),
                 )
             except SGLangContextLengthError as exc:
                 if exc.window is None or refusals >= self.client.retry.context_resends:

@@ -9,7 +9,10 @@ and often an int object each, and invisible to the cyclic garbage collector (a l
 element by element by every full collection, for every live trajectory of the process).
 
 A trajectory is cut into :class:`Span` s: runs of one provenance (the prompt, each generated turn, the template
-tokens between turns). ("Segment" means something else in this package: a context window of an episode, one
+tokens between turns). A vision-language model's trajectory also holds its images, each once, at the position of
+its expanded run of pads (:class:`~slime_strands.provider.images.ImagePlacement`): the ids are the EXPANDED ones
+(what the model sees and slime trains on), :meth:`TokenManager.wire_ids` the ones every request sends (each
+run collapsed to its one pad). ("Segment" means something else in this package: a context window of an episode, one
 slime sample; ``Segment`` / ``segments`` / ``last_segment`` are the older names of the spans, kept.)
 """
 
@@ -20,7 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Segment", "Span", "SpanKind", "TokenManager", "TurnInfo", "count_turns"]
+from .images import ImagePlacement, TrajectoryImage
+
+__all__ = ["Segment", "Span", "SpanKind", "TokenManager", "TurnInfo", "collapse_images", "count_turns"]
 
 SpanKind = Literal["prompt", "generated", "observation"]
 
@@ -82,24 +87,38 @@ class TokenManager:
         self._loss_mask = array("b")
         self._logprobs = array("d")  # Python floats are C doubles: exact
         self._spans: list[Span] = []
+        self._images: list[ImagePlacement] = []
 
     # -- appends ------------------------------------------------------------------------------
 
-    def add_prompt(self, token_ids: Sequence[int]) -> Span:
-        """Append the initial prompt; only allowed on an empty trajectory."""
+    def add_prompt(self, token_ids: Sequence[int], images: Sequence[ImagePlacement] = ()) -> Span:
+        """Append the initial prompt (expanded ids; ``images`` placed relative to its start); only allowed on an
+        empty trajectory."""
         if self._spans:
             raise ValueError("the initial prompt can only be added to an empty trajectory")
         if not token_ids:
             raise ValueError("the initial prompt must not be empty")
+        self._place(token_ids, images)
         return self._append("prompt", token_ids, None, None)
 
-    def add_observation(self, token_ids: Sequence[int]) -> Span:
-        """Append template tokens the model did not generate (tool results, user turns, generation prompt)."""
+    def add_observation(self, token_ids: Sequence[int], images: Sequence[ImagePlacement] = ()) -> Span:
+        """Append template tokens the model did not generate (tool results, user turns, generation prompt), with
+        the images they show (placed relative to their start)."""
         if not self._spans:
             raise ValueError("add the initial prompt first")
         if not token_ids:
             raise ValueError("an observation must not be empty")
+        self._place(token_ids, images)
         return self._append("observation", token_ids, None, None)
+
+    def _place(self, token_ids: Sequence[int], images: Sequence[ImagePlacement]) -> None:
+        base = len(self._token_ids)
+        for placed in images:
+            if placed.start < 0 or placed.end > len(token_ids):
+                raise ValueError(
+                    f"an image's run {placed.start}..{placed.end} is outside its {len(token_ids)} tokens"
+                )
+        self._images += [ImagePlacement(base + p.start, p.image) for p in images]
 
     def add_generation(self, token_ids: Sequence[int], logprobs: Sequence[float], info: TurnInfo) -> Span:
         """Append one server answer: its ``output_ids`` and their sampling logprobs (trained on)."""
@@ -149,6 +168,25 @@ class TokenManager:
         return list(self._spans)
 
     @property
+    def images(self) -> list[ImagePlacement]:
+        """The trajectory's images in order, each at the start of its expanded run of pads."""
+        return list(self._images)
+
+    def images_before(self, end: int) -> list[TrajectoryImage]:
+        """The images whose runs lie in the first ``end`` tokens (a sample cut there holds exactly these)."""
+        return [p.image for p in self._images if p.end <= end]
+
+    @property
+    def wire_length(self) -> int:
+        """Length of :meth:`wire_ids`."""
+        return len(self._token_ids) - sum(p.image.tokens - 1 for p in self._images)
+
+    def wire_ids(self) -> list[int]:
+        """The ids a request sends: each image's expanded run collapsed to its one pad (SGLang expands it)."""
+        ids = self._token_ids.tolist()
+        return collapse_images(ids, self._images) if self._images else ids
+
+    @property
     def segments(self) -> list[Span]:
         """The older name of :attr:`spans`."""
         return self.spans
@@ -189,6 +227,17 @@ class TokenManager:
     def last_segment(self) -> Span | None:
         """The older name of :attr:`last_span`."""
         return self.last_span
+
+
+def collapse_images(ids: Sequence[int], images: Sequence[ImagePlacement]) -> list[int]:
+    """``ids`` with each placed image's run of pads collapsed to its first pad (the wire form)."""
+    out: list[int] = []
+    previous = 0
+    for placed in images:
+        out += ids[previous : placed.start + 1]
+        previous = placed.end
+    out += ids[previous:]
+    return out
 
 
 def count_turns(kinds: Iterable[SpanKind]) -> int:

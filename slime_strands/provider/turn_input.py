@@ -4,7 +4,8 @@ The first call renders system prompt, tools and messages with the chat template 
 re-rendered as a new segment's prompt too); every later call renders only the new messages (tool results, user
 turns) after the last generated token (:class:`~slime_strands.template.render.ChatRenderer`), their tool
 outputs cut to fit (:class:`~slime_strands.provider.tool_output.ToolOutputFitter`). Large inputs are rendered
-off the event loop.
+off the event loop. Images (a vision-language model's :class:`~slime_strands.provider.images.Vision`) are rendered
+by the template as one pad each and expanded here to the server's count, each placed where its run starts.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 from strands.types.content import Messages
 from strands.types.tools import ToolSpec
 
-from ..template.messages import to_template_messages, to_template_tools
+from ..errors import InputError
+from ..template.messages import image_items, to_template_messages, to_template_tools
 from ..template.render import ChatRenderer
 from ..tool_parsers import ToolSchemas
 from .budgets import TurnBudgets
 from .checkpoint import PendingTurn
+from .images import ImagePlacement, Vision
 from .model_stats import ModelStats
 from .offload import offload
 from .token_manager import TokenManager
@@ -35,8 +38,15 @@ Tools = list[dict[str, Any]] | None
 class InputRenderer:
     """Renders the input of one model's turns (see the module docstring)."""
 
-    def __init__(self, renderer: ChatRenderer, fitter: ToolOutputFitter, budgets: TurnBudgets) -> None:
+    def __init__(
+        self,
+        renderer: ChatRenderer,
+        fitter: ToolOutputFitter,
+        budgets: TurnBudgets,
+        vision: Vision | None = None,
+    ) -> None:
         self._renderer = renderer
+        self._vision = vision
         self._fitter = fitter
         self._budgets = budgets
         self._tools_of: tuple[Any, Tools, ToolSchemas] | None = None
@@ -59,23 +69,23 @@ class InputRenderer:
         system_prompt: str | None,
         tools: Tools,
         continued: PendingTurn | None,
-    ) -> tuple[list[int], bool]:
-        """The turn's input: the prompt (added to ``tm``) on the first call, else the new messages' tokens
-        (added once the server accepted them); whether the turn starts inside a reasoning block."""
+    ) -> tuple[list[int], list[ImagePlacement], bool]:
+        """The turn's input: the prompt (added to ``tm``) on the first call, else the new messages' tokens and
+        images (added once the server accepted them); whether the turn starts inside a reasoning block."""
         if continued is not None:  # a turn an abort cut: its input is in the trajectory, partial output too
-            return [], continued.starts_in_reasoning
+            return [], [], continued.starts_in_reasoning
         if len(tm) == 0:
             size = _content_chars(messages) + len(system_prompt or "") + len(json.dumps(tools or []))
             room = await self._budgets.room(tm, prompt=True)
-            prompt_text, prompt_ids = await offload(
+            prompt_text, prompt_ids, images = await offload(
                 size, self._render_prompt, messages, system_prompt, tools, room, state, stats
             )
-            tm.add_prompt(prompt_ids)
-            return [], self._renderer.opens_reasoning(prompt_text)
-        prompt_text, delta_ids = await self._render_new_messages(
+            tm.add_prompt(prompt_ids, images)
+            return [], [], self._renderer.opens_reasoning(prompt_text)
+        prompt_text, delta_ids, images = await self._render_new_messages(
             tm, state, stats, messages, system_prompt, tools
         )
-        return delta_ids, self._renderer.opens_reasoning(prompt_text)
+        return delta_ids, images, self._renderer.opens_reasoning(prompt_text)
 
     def _render_prompt(
         self,
@@ -85,12 +95,12 @@ class InputRenderer:
         room: int | None,
         state: TurnState,
         stats: ModelStats,
-    ) -> tuple[str, list[int]]:
+    ) -> tuple[str, list[int], list[ImagePlacement]]:
         renderer = self._renderer
         template_messages = to_template_messages(messages, tool_ids=state.template_ids)
         # A compacted history re-rendered as a new segment's prompt: its tool outputs as they were cut before,
         # and shrunk when they do not fit the new segment either.
-        tool_msgs = [m for m in template_messages if m["role"] == "tool"]
+        tool_msgs = _text_tool_messages(template_messages)
         encoded = self._fitter.cut_to_limit(tool_msgs, stats=None)
         if system_prompt:
             template_messages.insert(0, {"role": "system", "content": system_prompt})
@@ -99,7 +109,23 @@ class InputRenderer:
         if self._fitter.shrink_to_room(tool_msgs, encoded, len(ids), room, stats):
             text = renderer.render(template_messages, tools=tools)
             ids = renderer.encode(text)
-        return text, ids
+        return (text, *self._with_images(template_messages, ids))
+
+    def _with_images(
+        self, template_messages: list[dict[str, Any]], ids: list[int]
+    ) -> tuple[list[int], list[ImagePlacement]]:
+        """``ids`` with the rendered images' pads expanded to the server's count, and where each image is."""
+        items = image_items(template_messages)
+        if not items:
+            return ids, []
+        if self._vision is None:
+            raise InputError(
+                "a message holds an image but the model has no image processor: pass vision= to SGLangModel "
+                "(slime_strands.provider.images.load_vision of the checkpoint) or use a vision-language model"
+            )
+        images = [self._vision.image(item) for item in items]
+        expanded, starts = self._vision.expand(ids, images)
+        return expanded, [ImagePlacement(start, image) for start, image in zip(starts, images, strict=True)]
 
     async def _render_new_messages(
         self,
@@ -109,8 +135,9 @@ class InputRenderer:
         messages: Messages,
         system_prompt: str | None,
         tools: Tools,
-    ) -> tuple[str, list[int]]:
-        """Tokens of the messages added since the last answer, tool outputs cut to fit the budgets."""
+    ) -> tuple[str, list[int], list[ImagePlacement]]:
+        """Tokens of the messages added since the last answer (and their images), tool outputs cut to fit the
+        budgets."""
         new = state.new_messages(messages)
         last = tm.last_span
         if last is None or last.kind != "generated" or last.info is None or last.info.finish_reason != "stop":
@@ -123,7 +150,9 @@ class InputRenderer:
             new, tool_order=state.last_tool_ids, tool_ids=state.template_ids
         )
         room = await self._budgets.room(tm)
-        size = sum(len(str(m.get("content") or "")) for m in template_messages)
+        size = sum(
+            len(str(m.get("content") or "")) for m in template_messages if isinstance(m.get("content"), str)
+        )
         return await offload(
             size,
             self._fit_continuation,
@@ -143,9 +172,9 @@ class InputRenderer:
         room: int | None,
         after: int,
         stats: ModelStats,
-    ) -> tuple[str, list[int]]:
+    ) -> tuple[str, list[int], list[ImagePlacement]]:
         renderer = self._renderer
-        tool_msgs = [m for m in template_messages if m["role"] == "tool"]
+        tool_msgs = _text_tool_messages(template_messages)
         encoded = self._fitter.cut_to_limit(tool_msgs, stats)
         text, ids = renderer.encode_continuation(
             template_messages, system=system_prompt, tools=tools, after=after
@@ -154,7 +183,12 @@ class InputRenderer:
             text, ids = renderer.encode_continuation(
                 template_messages, system=system_prompt, tools=tools, after=after
             )
-        return text, ids
+        return (text, *self._with_images(template_messages, ids))
+
+
+def _text_tool_messages(template_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool messages whose output is text only (what the fitter cuts; a result with images is kept whole)."""
+    return [m for m in template_messages if m["role"] == "tool" and isinstance(m["content"], str)]
 
 
 def _content_chars(messages: Messages) -> int:

@@ -46,10 +46,10 @@ class TurnRequests:
         self._trajectory_of = None
 
     async def follow(self, tm: TokenManager) -> None:
-        """Serialise ``tm`` once when it is not the trajectory kept (a new episode or segment, or a token manager
-        changed behind the model's back)."""
-        if self._trajectory_of is not tm or len(self.trajectory) != len(tm):
-            self.trajectory = await offload(len(tm) * 4, TokenIdsJSON, tm.token_ids)
+        """Serialise ``tm`` once (its wire ids: each image one pad) when it is not the trajectory kept (a new
+        episode or segment, or a token manager changed behind the model's back)."""
+        if self._trajectory_of is not tm or len(self.trajectory) != tm.wire_length:
+            self.trajectory = await offload(len(tm) * 4, TokenIdsJSON, tm.wire_ids())
             self._trajectory_of = tm
 
     def extend(self, token_ids: Sequence[int] | TokenIdsJSON) -> None:

@@ -121,7 +121,11 @@ async def execute_python_code(code: str) -> dict[str, Any]:
         logger.error("%s", exc)
         return {"status": "error", "content": [{"text": f"[sandbox error: {exc}]"}]}
     # A raise, timeout or kill is a tool error (counted in the rollout metrics); the model sees the same text.
+    # With sandbox.return_figures the image files the run saved follow it (a vision-language model sees them).
+    figures = [
+        {"image": {"format": f.format, "source": {"bytes": f.data}}} for f in result.figures if f.format
+    ]
     return {
         "status": "success" if result.ok else "error",
-        "content": [{"text": result.to_model_text(settings.max_output_chars)}],
+        "content": [{"text": result.to_model_text(settings.max_output_chars)}, *figures],
     }

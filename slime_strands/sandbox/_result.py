@@ -5,7 +5,26 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-__all__ = ["ExecutionResult", "cut_middle"]
+__all__ = ["ExecutionResult", "Figure", "cut_middle"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """An image file a run saved in its working directory (``plt.savefig("plot.png")``), as written."""
+
+    name: str
+    data: bytes
+
+    @property
+    def format(self) -> str | None:
+        """Strands' image format, from the file's own bytes (never its name): None when it is no image."""
+        for magic, kind in _MAGIC:
+            if self.data.startswith(magic):
+                return kind
+        return None
+
+
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpeg"), (b"GIF8", "gif"), (b"RIFF", "webp"))
 
 
 def cut_middle(text: str, limit: int) -> tuple[str, bool]:
@@ -36,6 +55,8 @@ class ExecutionResult:
     memory_mb: int | None = None
     error: str | None = None
     """The sandbox itself failed (not the code): the reason."""
+    figures: tuple[Figure, ...] = ()
+    """Image files the run saved in its working directory, with ``sandbox.return_figures``."""
 
     @property
     def ok(self) -> bool:
@@ -63,6 +84,10 @@ class ExecutionResult:
             name = signal.Signals(self.signal).name if self.signal in signal.valid_signals() else self.signal
             reason = {"SIGXCPU": ": CPU time limit", "SIGXFSZ": ": file size limit"}.get(str(name), "")
             parts.append(f"[killed by {name}{reason}]")
+        for figure in self.figures:
+            parts.append(
+                f"[figure {figure.name}: attached]" if figure.format else f"[{figure.name}: not an image]"
+            )
         if self.output_truncated:
             parts.append("[output limit: only the head and tail were kept]")
         if self.exit_code not in (0, None) and not self.memory_exceeded:

@@ -11,6 +11,7 @@ uids to reap, warnings given) lives in :data:`~slime_strands.sandbox._host.HOST`
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import contextlib
 import functools
@@ -29,7 +30,7 @@ from ..errors import ConfigurationError, SlimeStrandsError
 from ..settings import SandboxSettings
 from ._backends import BACKENDS, CHOICES, SYSTEM_DIRS, IsolationBackend, python_paths, sandbox_env
 from ._host import HOST
-from ._result import ExecutionResult
+from ._result import ExecutionResult, Figure
 from ._runner import CodeRunner
 
 __all__ = ["Sandbox", "SandboxIsolationError", "SandboxUnavailableError"]
@@ -253,6 +254,7 @@ class _Interpreter:
             "file_size_mb": settings.file_size_mb,
             "max_processes": self.process_limit(settings),
             "max_output_bytes": settings.max_output_chars * _BYTES_PER_CHAR,
+            "figures": settings.return_figures,
         }
         patience = settings.timeout_s + _HOST_GRACE_S
         try:
@@ -427,6 +429,7 @@ class Sandbox(CodeRunner):
             timeout_s=settings.timeout_s,
             memory_mb=settings.memory_mb,
             error=reply.get("error"),
+            figures=_figures(reply.get("figures")),
         )
 
     def _error(self, message: str) -> ExecutionResult:
@@ -455,3 +458,14 @@ class Sandbox(CodeRunner):
             if self._interp is not None:
                 await self._interp.close()
                 self._interp = None
+
+
+def _figures(saved: Any) -> tuple[Figure, ...]:
+    """The figures the interpreter read from a run's directory (base64 in its reply)."""
+    if not isinstance(saved, list):
+        return ()
+    return tuple(
+        Figure(str(item["name"]), base64.b64decode(item["data"]))
+        for item in saved
+        if isinstance(item, dict) and isinstance(item.get("data"), str)
+    )

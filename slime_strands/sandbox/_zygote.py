@@ -22,6 +22,7 @@ Only the standard library may be used here: this file is executed, not imported,
 """
 
 import atexit
+import base64
 import contextlib
 import ctypes
 import gc
@@ -55,6 +56,8 @@ _MS_NOATIME, _MS_NODIRATIME, _MS_BIND, _MS_REC, _MS_RELATIME = 1024, 2048, 4096,
 _IPC_RMID = 0
 # A run's directory holds its program (what spawn / forkserver children import) and its working directory.
 _PROGRAM_FILE, _WORK_DIR = "main.py", "work"
+_FIGURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")
+_MAX_FIGURES, _MAX_FIGURE_BYTES = 4, 4 << 20
 # The run's program as the processes multiprocessing's spawn and forkserver start import it (named
 # __mp_main__, for the functions and classes their tasks name). As for a script, ``if __name__ ==
 # "__main__":`` keeps what only the run should do from running there again; a program without that guard
@@ -518,6 +521,7 @@ class Zygote:
             self.captures.pop(capture.fd, None)
             os.close(capture.fd)
         stdout, stderr = (c.text() for c in run["captures"])
+        figures = _figures(os.path.join(run["dir"], _WORK_DIR)) if run["limits"].get("figures") else []
         shutil.rmtree(run["dir"], ignore_errors=True)
         if run["uid"] is not None:
             self.uids.append(run["uid"])
@@ -533,6 +537,8 @@ class Zygote:
             "exit_code": None,
             "signal": None,
         }
+        if figures:
+            result["figures"] = figures
         if status is not None and not killed:
             if os.WIFEXITED(status):
                 result["exit_code"] = os.WEXITSTATUS(status)
@@ -608,6 +614,34 @@ class Zygote:
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(code)
+
+
+def _figures(work):
+    """The image files a finished run saved in its working directory (its figures), each as a name and base64
+    bytes: regular files only (never through a symlink), at most _MAX_FIGURES of _MAX_FIGURE_BYTES each, by
+    name. Every process of the run is dead: the files no longer change."""
+    found = []
+    try:
+        names = sorted(n for n in os.listdir(work) if n.lower().endswith(_FIGURE_SUFFIXES))
+    except OSError:
+        return found
+    for name in names[:_MAX_FIGURES]:
+        try:
+            fd = os.open(os.path.join(work, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_FIGURE_BYTES:
+                continue
+            data = os.read(fd, _MAX_FIGURE_BYTES + 1)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if data and len(data) <= _MAX_FIGURE_BYTES:
+            found.append({"name": name, "data": base64.b64encode(data).decode("ascii")})
+    return found
 
 
 def _limit(request):

@@ -2,8 +2,11 @@
 ``tool_calls`` and ``tool`` results, and OpenAI-style function specs.
 
 Every content block is kept (text joined, tool results flattened to their text), so what the template renders
-is what the agent saw. The model renders new messages with these each turn; the eval writes a trajectory row's
-conversation with them.
+is what the agent saw. A message or tool result holding images gets list content instead, in block order:
+``{"type": "image", "image": <the Strands image content>}`` and ``{"type": "text", "text": ...}`` items, the
+form Qwen-VL templates render (one ``<|vision_start|><|image_pad|><|vision_end|>`` per image item); a message
+without images keeps its string content, byte for byte as before. The model renders new messages with these
+each turn; the eval writes a trajectory row's conversation with them.
 """
 
 from __future__ import annotations
@@ -14,22 +17,63 @@ from typing import Any
 
 from .chat_template import TemplateError
 
-__all__ = ["to_template_messages", "to_template_tools", "tool_result_text"]
+__all__ = ["IMAGE_TEXT", "image_items", "to_template_messages", "to_template_tools", "tool_result_text"]
+
+IMAGE_TEXT = "[image omitted]"
+"""What an image is as plain text (a text-only view of a tool result)."""
+
+
+def image_items(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The Strands image contents of template messages, in the order a template renders them."""
+    return [
+        item["image"]
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for item in message["content"]
+        if item.get("type") == "image"
+    ]
+
+
+def _content(parts: list[tuple[str, Any]], joiner: str) -> str | list[dict[str, Any]]:
+    """``(kind, value)`` parts as template content: the texts joined when there is no image, else a list."""
+    if all(kind == "text" for kind, _ in parts):
+        return joiner.join(value for _, value in parts)
+    return [
+        {"type": "image", "image": value} if kind == "image" else {"type": "text", "text": value}
+        for kind, value in parts
+    ]
 
 
 def tool_result_text(result: Mapping[str, Any]) -> str:
-    """Flatten a Strands toolResult's content blocks into the text the template shows the model."""
-    parts: list[str] = []
+    """Flatten a Strands toolResult's content blocks into text (images named, not shown)."""
+    return "\n".join(
+        value if kind == "text" else IMAGE_TEXT for kind, value in _result_parts(result, images=True)
+    )
+
+
+def _message_parts(blocks: Sequence[Mapping[str, Any]], *, images: bool) -> list[tuple[str, Any]]:
+    """A user message's text and image blocks, in order (its tool results are messages of their own)."""
+    parts: list[tuple[str, Any]] = []
+    for block in blocks:
+        if "text" in block:
+            parts.append(("text", str(block["text"])))
+        elif "image" in block:
+            parts.append(("image", block["image"]) if images else ("text", IMAGE_TEXT))
+    return parts
+
+
+def _result_parts(result: Mapping[str, Any], *, images: bool) -> list[tuple[str, Any]]:
+    parts: list[tuple[str, Any]] = []
     for block in result.get("content") or []:
         if "text" in block:
-            parts.append(str(block["text"]))
+            parts.append(("text", str(block["text"])))
         elif "json" in block:
-            parts.append(json.dumps(block["json"], ensure_ascii=False))
+            parts.append(("text", json.dumps(block["json"], ensure_ascii=False)))
         elif "image" in block:
-            parts.append("[image omitted]")
+            parts.append(("image", block["image"]) if images else ("text", IMAGE_TEXT))
         elif "document" in block:
-            parts.append("[document omitted]")
-    return "\n".join(parts)
+            parts.append(("text", "[document omitted]"))
+    return parts
 
 
 def to_template_tools(tool_specs: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
@@ -57,13 +101,15 @@ def to_template_messages(
     messages: Sequence[Mapping[str, Any]],
     tool_order: Sequence[str] | None = None,
     tool_ids: Mapping[str, str] | None = None,
+    *,
+    images: bool = True,
 ) -> list[dict[str, Any]]:
     """Strands messages -> chat-template messages.
 
     Every content block is kept: text blocks are joined, each toolResult becomes one ``tool`` message (in
     ``tool_order`` when given: the order of the assistant's calls), toolUse blocks become ``tool_calls``.
     ``tool_ids`` maps a ``toolUseId`` to the call id the model wrote (Kimi-K2's ``functions.add:0``), which
-    templates show with the result.
+    templates show with the result. ``images`` False names each image as text instead (a text-only view).
     """
     ids = tool_ids or {}
     out: list[dict[str, Any]] = []
@@ -89,6 +135,7 @@ def to_template_messages(
         if role != "user":
             raise TemplateError(f"unsupported message role {role!r}")
         results = [b["toolResult"] for b in blocks if "toolResult" in b]
+        parts = _message_parts(blocks, images=images)
         if tool_order:
             rank = {tool_id: i for i, tool_id in enumerate(tool_order)}
             results.sort(key=lambda r: rank.get(r.get("toolUseId", ""), len(rank)))
@@ -97,10 +144,10 @@ def to_template_messages(
             out.append(
                 {
                     "role": "tool",
-                    "content": tool_result_text(result),
+                    "content": _content(_result_parts(result, images=images), "\n"),
                     "tool_call_id": ids.get(tool_use_id, tool_use_id) if tool_use_id else tool_use_id,
                 }
             )
-        if texts or not results:
-            out.append({"role": "user", "content": "\n".join(texts)})
+        if parts or not results:
+            out.append({"role": "user", "content": _content(parts, "\n")})
     return out

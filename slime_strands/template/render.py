@@ -53,7 +53,7 @@ from .facts import (
     probe_conversation,
 )
 
-__all__ = ["ChatRenderer", "TemplateError", "check_incremental", "render_after_base"]
+__all__ = ["ChatRenderer", "TemplateError", "check_images", "check_incremental", "render_after_base"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
@@ -111,6 +111,7 @@ class _TemplateState:
 
 
 _TEMPLATES: PerTokenizer[_TemplateState] = PerTokenizer()
+_IMAGES_CHECKED: PerTokenizer[bool] = PerTokenizer()
 
 
 class ChatRenderer(ChatTemplate):
@@ -144,6 +145,12 @@ class ChatRenderer(ChatTemplate):
         if probe:
             self.facts = replace(self.facts, parallel_calls=check_incremental(self))
         return _TemplateState(self.facts, _Continuations())
+
+    def check_images(self, image_text: str) -> None:
+        """For a vision-language model: check (once per tokenizer, template and mode) that the template renders
+        images incrementally, each as one ``image_text`` (see :func:`check_images`), else raise TemplateError."""
+        key = (template_key(self.tokenizer), repr(sorted(self.template_kwargs.items())), image_text)
+        _IMAGES_CHECKED.get(self.tokenizer, key, functools.partial(check_images, self, image_text))
 
     def probe(self) -> bool:
         """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError;
@@ -349,19 +356,18 @@ class ChatRenderer(ChatTemplate):
         """The jinja path of :meth:`encode_continuation`: the markup around risky bodies from a masked
         rendering, each body from the real one (a template that trims or escapes bodies is encoded exactly)."""
         risky = [
-            i
+            (i, part)
             for i, m in enumerate(new_messages)
-            if isinstance(m.get("content"), str) and any(t in m["content"] for t in self._control_tokens)
+            for part, body in _bodies(m)
+            if any(t in body for t in self._control_tokens)
         ]
         if not risky:
             return self.encode(text)
-        masked = [
-            {**m, "content": _LITERAL.format(i)} if i in risky else m for i, m in enumerate(new_messages)
-        ]
+        masked = _masked(new_messages, risky)
         rest = self.render_continuation(masked, system=system, tools=tools)
         markup: list[str] = []
-        for i in risky:
-            before, sep, rest = rest.partition(_LITERAL.format(i))
+        for k in range(len(risky)):
+            before, sep, rest = rest.partition(_LITERAL.format(k))
             if not sep:
                 return self._plain(text)
             markup.append(before)
@@ -499,6 +505,51 @@ def check_incremental(renderer: ChatRenderer) -> bool:
     return parallel
 
 
+def check_images(renderer: ChatRenderer, image_text: str) -> bool:
+    """Check that a conversation with images (in the first question, in a tool result, in a follow-up question)
+    renders each image as exactly one ``image_text`` and renders incrementally: each block after an assistant
+    turn rendered alone equals what the whole conversation has there. Templates that number images across
+    the conversation (Qwen-VL's ``add_vision_id``: "Picture 3:") or drop the images of tool results fail, with
+    the reason. Returns True (the value cached)."""
+    tools = [PROBE_TOOL]
+    conversation = probe_conversation(calls=2 if renderer.facts.parallel_calls else 1)
+    with_images = {3, 5, len(conversation) - 2}  # the first question, the first result, the follow-up
+    conversation = [
+        {**m, "content": [{"type": "image", "image": None}, {"type": "text", "text": m["content"]}]}
+        if i in with_images
+        else m
+        for i, m in enumerate(conversation)
+    ]
+    try:
+        whole = renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    except TemplateError as exc:
+        raise TemplateError(
+            f"the chat template cannot render images (list content with image items): {exc}"
+        ) from exc
+    if whole.count(image_text) != len(with_images):
+        raise TemplateError(
+            f"the chat template renders {whole.count(image_text)} image placeholders {image_text!r} for "
+            f"{len(with_images)} images (in a user turn, a tool result and a later user turn): each image must "
+            "render as one placeholder, in tool results too, for the server to see it"
+        )
+    assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+    for i, block_end in itertools.pairwise(assistant_at):
+        message = conversation[i]
+        markers = [message["content"]] + [
+            c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
+        ]
+        full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
+        expected = renderer.continuation_after(full, markers)
+        got = renderer.render_continuation(conversation[i + 1 : block_end], system=PROBE_SYSTEM, tools=tools)
+        if got != expected and not _closed_in_place(renderer, expected, got):
+            raise TemplateError(
+                "the chat template renders messages with images differently alone than in the whole "
+                f"conversation ({_around(expected, got)}; a template that numbers images across the "
+                "conversation, such as add_vision_id, does): images cannot be rendered incrementally"
+            )
+    return True
+
+
 def _conversation_rendered(
     renderer: ChatRenderer, tools: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], bool]:
@@ -597,6 +648,30 @@ def _closed_in_place(renderer: ChatRenderer, expected: str, got: str) -> bool:
         expected.startswith(t) and expected[len(t) :] == got[len(closing) :]
         for t in renderer.closing_in_place_texts
     )
+
+
+def _bodies(message: Mapping[str, Any]) -> list[tuple[int | None, str]]:
+    """A message's text bodies: its string content (part None), or each text item of list content (by index)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [(None, content)]
+    if isinstance(content, list):
+        return [
+            (j, str(item.get("text", ""))) for j, item in enumerate(content) if item.get("type") == "text"
+        ]
+    return []
+
+
+def _masked(messages: Sequence[Mapping[str, Any]], bodies: Sequence[tuple[int, int | None]]) -> list[Any]:
+    """``messages`` with the k-th of ``bodies`` replaced by the k-th literal placeholder."""
+    out: list[Any] = [dict(m) for m in messages]
+    for k, (i, part) in enumerate(bodies):
+        if part is None:
+            out[i]["content"] = _LITERAL.format(k)
+        else:
+            items = out[i]["content"] = list(out[i]["content"])
+            items[part] = {**items[part], "text": _LITERAL.format(k)}
+    return out
 
 
 def _slot_items(message: Mapping[str, Any]) -> list[tuple[str, str]]:

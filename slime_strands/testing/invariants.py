@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..provider.token_manager import TokenManager
+from ..provider.token_manager import TokenManager, collapse_images
 from .server import RecordedRequest, SGLangTestServer
+from .sglang_images import ExpandedImages, expand_images
 
 __all__ = [
     "assert_batch_convertible",
@@ -34,8 +35,10 @@ def assert_trajectory_invariants(
 
     1. ``token_ids`` is the concatenation of the spans; ``spans[0]`` is the prompt.
     2. ``loss_mask`` is 1 exactly on generated spans; logprobs are 0.0 elsewhere; lengths agree.
-    3. Every /generate request's ``input_ids`` equals the trajectory up to that turn, and each generated
-       span is byte-for-byte the ``output_ids`` (and logprobs) the server answered.
+    3. Every /generate request's ``input_ids`` equals the trajectory up to that turn (each image one pad, its
+       ``image_data`` the trajectory's images so far, in order, and the request expanded as SGLang expands it is
+       the trajectory), and each generated span is byte-for-byte the ``output_ids`` (and logprobs) the server
+       answered.
     6. The trajectory ends on a generated span (or is just the prompt): no half-appended turn.
     """
     _assert_layout(tm)
@@ -88,11 +91,19 @@ def _assert_requests(
     )
     for span, request in zip(generated, answered, strict=False):
         sent = request.body["input_ids"]
-        assert sent == ids[: span.start], (
-            f"request input_ids ({len(sent)} tokens) != trajectory before the turn ({span.start} tokens)"
+        images = [p for p in tm.images if p.end <= span.start]
+        assert sent == collapse_images(ids[: span.start], images), (
+            f"request input_ids ({len(sent)} tokens) != trajectory before the turn ({span.start} tokens"
+            f"{f', {len(images)} image(s) one pad each' if images else ''})"
         )
-        assert request.body["logprob_start_len"] == len(sent) - 1, (
-            "logprob_start_len must be len(input_ids) - 1"
+        assert request.body.get("image_data", []) == [p.image.data_uri for p in images], (
+            "image_data != the trajectory's images before the turn, in order, each once"
+        )
+        assert _expanded(request, server) in (None, ids[: span.start]), (
+            "the request, expanded as SGLang expands its images, is not the trajectory before the turn"
+        )
+        assert request.body["logprob_start_len"] == span.start - 1, (
+            "logprob_start_len must be the expanded prompt's length - 1"
         )
         answer = _answer_for(server, request)
         if answer is not None:
@@ -142,6 +153,18 @@ def _kept(requests: Sequence[RecordedRequest], server: SGLangTestServer | None) 
     return kept
 
 
+def _expanded(request: RecordedRequest, server: SGLangTestServer | None) -> list[int] | None:
+    """The request's ids as the server's model saw them (images expanded), None without a server to ask."""
+    vision = getattr(server, "vision", None)  # a recording proxy in front of the real server has none
+    if server is None or (vision is None and "image_data" in request.body):
+        return None
+    expanded = expand_images(request.body, vision)
+    assert isinstance(expanded, ExpandedImages), (
+        f"the server could not expand the request's images: {expanded}"
+    )
+    return expanded.input_ids
+
+
 def _answered(request: RecordedRequest, server: SGLangTestServer | None) -> bool:
     if server is None:
         return True
@@ -185,7 +208,7 @@ def assert_sample_matches_server(
         answer = server.answers.get(request.body.get("rid"))
         if answer is None:
             continue
-        sent = request.body["input_ids"]
+        sent = _expanded(request, server) or request.body["input_ids"]
         out_ids, out_lps = answer
         start = len(sent)
         assert start >= last_end, "a request did not extend the trajectory"
@@ -238,3 +261,45 @@ def assert_batch_convertible(samples: Sequence[Any], args: Any) -> None:
             if topk > 1:
                 dead = [layer for layer in range(layers) if not np.count_nonzero(experts[:, layer, :])]
                 assert not dead, f"sample {i}: all-zero routing for layers {dead}"
+
+
+def assert_sample_images(sample: Any, vision: Any) -> None:
+    """What slime's VLM trainer checks of a sample's images (slime 624b824a, ``slime_plugins/models/
+    qwen3_5_vl*.py``: every run of image pads starts after ``<|vision_start|>`` and takes the next grid in
+    order, ``grid_t * grid_h * grid_w // merge**2`` pads long; pads and vision features agree in number; no grid
+    unused), and that ``multimodal_inputs`` holds the same images: ``vision`` is the model's
+    :class:`~slime_strands.provider.images.Vision`."""
+    tokens = list(sample.tokens)
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == vision.image_token_id:
+            start = i
+            while i < len(tokens) and tokens[i] == vision.image_token_id:
+                i += 1
+            runs.append((start, i - start))
+        else:
+            i += 1
+    inputs, train = sample.multimodal_inputs, sample.multimodal_train_inputs
+    if not runs:
+        assert not (inputs and inputs.get("images")) and train is None, (
+            "images for a sample with no image pads"
+        )
+        return
+    assert inputs is not None and inputs.get("videos") is None, (
+        "multimodal_inputs must be {'images', 'videos'}"
+    )
+    assert len(inputs["images"]) == len(runs), f"{len(inputs['images'])} images for {len(runs)} runs of pads"
+    assert train is not None and set(train) == {"pixel_values", "image_grid_thw"}, (
+        "multimodal_train_inputs keys"
+    )
+    grid = np.asarray(train["image_grid_thw"])
+    pixels = np.asarray(train["pixel_values"])
+    assert grid.dtype == np.int64 and grid.shape == (len(runs), 3), (
+        f"image_grid_thw {grid.dtype} {grid.shape}"
+    )
+    assert pixels.dtype == np.float32 and pixels.shape[0] == int(grid.prod(axis=1).sum()), "pixel_values rows"
+    merge = vision.merge_size**2
+    for (start, length), thw in zip(runs, grid.tolist(), strict=True):
+        assert start > 0 and tokens[start - 1] == vision.vision_start_id, "a run of pads without vision_start"
+        assert length == thw[0] * thw[1] * thw[2] // merge, f"a run of {length} pads for grid {thw}"

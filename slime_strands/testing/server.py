@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from slime_strands.provider.images import Vision
 from slime_strands.testing.scheduler import Phase, Scheduler, Ticket
 from slime_strands.testing.sglang_checks import (
     context_error,
@@ -57,6 +58,7 @@ from slime_strands.testing.sglang_checks import (
     request_error,
     sampling_value_error,
 )
+from slime_strands.testing.sglang_images import ExpandedImages, expand_images
 
 __all__ = ["Fault", "RecordedRequest", "SGLangTestServer", "SGLangTestServerError", "Turn"]
 
@@ -150,6 +152,7 @@ class SGLangTestServer:
         speculative_draft_tokens: int | None = None,
         unavailable_s: float = 0.0,
         report_window: bool = True,
+        vision: Vision | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -166,7 +169,8 @@ class SGLangTestServer:
         speculative decoding (spec stats in ``meta_info``); ``unavailable_s``: every route answers 503 for this
         long from the first request it gets (a router or an engine still loading when clients start: the clock
         starts with them, not with the test's set-up); ``report_window``: False leaves ``max_model_len`` out of
-        ``/v1/models`` (a server that reports no window); ``host`` / ``port``: where to listen (port 0: a free
+        ``/v1/models`` (a server that reports no window); ``vision``: a vision-language model's image tokens and
+        processor: ``image_data`` is expanded as SGLang does (:mod:`slime_strands.testing.sglang_images`); ``host`` / ``port``: where to listen (port 0: a free
         one, see :attr:`port`)."""
         self.tokenizer = tokenizer
         self.context_length = context_length
@@ -182,6 +186,7 @@ class SGLangTestServer:
         self.speculative_draft_tokens = speculative_draft_tokens
         self.unavailable_s = unavailable_s
         self.report_window = report_window
+        self.vision = vision
         self._address = (host, port)
         self._available_at: float | None = None
         self._init_records()
@@ -382,6 +387,13 @@ class SGLangTestServer:
             return 400, _error("input_ids cannot be empty.")
         if (contract := contract_error(body)) is not None:
             return 400, {"error": contract}
+        expanded = expand_images(body, self.vision)
+        if isinstance(expanded, str):
+            return self._fail(expanded)
+        if not isinstance(expanded, ExpandedImages):
+            return expanded[0], _error(expanded[1])
+        if expanded.image_tokens:  # from here on the request is what the model sees: the expanded prompt
+            body = {**body, "input_ids": expanded.input_ids, "_image_tokens": expanded.image_tokens}
         rid = str(body.get("rid") or uuid.uuid4().hex)
         ticket = self._scheduler.register(rid, hung_up)
         if ticket is None:
@@ -554,6 +566,7 @@ class SGLangTestServer:
             "id": ticket.rid,
             "finish_reason": generated.finish,
             "prompt_tokens": len(body["input_ids"]),
+            **({"image_tokens": body["_image_tokens"]} if "_image_tokens" in body else {}),
             "weight_version": version,
             "num_retractions": 0,
         }

@@ -92,6 +92,15 @@ class SavedSpan:
 
 
 @dataclass(frozen=True)
+class SavedImage:
+    """An image of a segment (a vision-language model's), saved once: its run of pads starts at ``start``."""
+
+    start: int
+    tokens: int
+    data_uri: str
+
+
+@dataclass(frozen=True)
 class SavedSegment:
     """One context window of an episode, as the file saves it: exactly the token ids the server saw, and what
     was trained."""
@@ -102,6 +111,8 @@ class SavedSegment:
     spans: list[SavedSpan]
     info: dict[str, Any] = field(default_factory=dict)
     """What the episode record says of the segment (e.g. its agent, what opened and closed it); shown as is."""
+    images: list[SavedImage] = field(default_factory=list)
+    """Its images in order, each once (the data URI every request sent), where their pads are."""
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -171,6 +182,16 @@ class TrajectoryRow:
                         for p in s.spans
                     ],
                     "info": s.info,
+                    **(
+                        {
+                            "images": [
+                                {"start": i.start, "tokens": i.tokens, "data_uri": i.data_uri}
+                                for i in s.images
+                            ]
+                        }
+                        if s.images
+                        else {}
+                    ),
                 }
                 for s in self.segments
             ],
@@ -232,9 +253,26 @@ def _segment(data: Any, where: str) -> SavedSegment:
     info = d.optional("info") or {}
     if not isinstance(info, Mapping):
         raise ValueError(f"{where}: info must be an object")
+    images = [
+        _image(item, f"{where}.images[{k}]", len(ids)) for k, item in enumerate(d.optional("images") or [])
+    ]
     return SavedSegment(
-        [int(t) for t in ids], [int(m) for m in mask], [float(x) for x in logprobs], spans, dict(info)
+        [int(t) for t in ids], [int(m) for m in mask], [float(x) for x in logprobs], spans, dict(info), images
     )
+
+
+def _image(data: Any, where: str, length: int) -> SavedImage:
+    d = StrictReader(data, where)
+    image = SavedImage(
+        d.integer("start", negative=False), d.integer("tokens", negative=False), d.text("data_uri")
+    )
+    if (
+        image.tokens < 1
+        or image.start + image.tokens > length
+        or not image.data_uri.startswith("data:image/")
+    ):
+        raise ValueError(f"{where}: an image's pads must lie in the segment and its data be a data:image URI")
+    return image
 
 
 # -- reading -----------------------------------------------------------------------------------------

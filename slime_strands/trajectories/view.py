@@ -4,7 +4,8 @@ Each segment (context window) is cut into blocks at its spans: the prompt, every
 tokens: loss mask 1, with their logprobs) and the tool / template tokens between turns. Generated turns are
 annotated with the tool calls the agent made of them and tool blocks with the results the tools returned (from
 the row's ``messages``, which belong to the last segment). Token texts are decoded one token at a time; a
-character split over several tokens (multi-byte UTF-8) is shown on its first token.
+character split over several tokens (multi-byte UTF-8) is shown on its first token. An image's run of pads is
+one cell naming the image (``[image 1: 77 tokens]``), which the HTML page shows inline.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class TokenCell:
     trained: bool
     """Loss mask 1."""
     logprob: float
+    image: str | None = None
+    """For an image's run of pads, shown as one cell: the image's data URI (the page shows it inline)."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ class SegmentView:
 
     @property
     def tokens(self) -> int:
-        return sum(len(b.cells) for b in self.blocks)
+        return sum(b.end - b.start for b in self.blocks)
 
     @property
     def trained(self) -> int:
@@ -137,14 +140,30 @@ def build_view(row: TrajectoryRow, tokenizer: Any) -> TrajectoryView:
     return TrajectoryView(row, segments)
 
 
+def _cells(segment: SavedSegment, texts: list[str], start: int, end: int) -> list[TokenCell]:
+    """The cells of tokens ``start``..``end``, each image's run of pads one cell."""
+    runs = {image.start: (number, image) for number, image in enumerate(segment.images, start=1)}
+    cells: list[TokenCell] = []
+    i = start
+    while i < end:
+        if i in runs:
+            number, image = runs[i]
+            name = f"[image {number}: {image.tokens} tokens]"
+            cells.append(TokenCell(i, segment.token_ids[i], name, False, 0.0, image.data_uri))
+            i += image.tokens
+            continue
+        cells.append(
+            TokenCell(i, segment.token_ids[i], texts[i], segment.loss_mask[i] == 1, segment.logprobs[i])
+        )
+        i += 1
+    return cells
+
+
 def _blocks(segment: SavedSegment, texts: list[str], notes: list[tuple[list[str], list[str]]]) -> list[Block]:
     blocks = []
     turn = 0
     for span in segment.spans:
-        cells = [
-            TokenCell(i, segment.token_ids[i], texts[i], segment.loss_mask[i] == 1, segment.logprobs[i])
-            for i in range(span.start, span.end)
-        ]
+        cells = _cells(segment, texts, span.start, span.end)
         if span.kind == "generated":
             turn += 1
             calls = notes[turn - 1][0] if turn <= len(notes) else []

@@ -642,6 +642,37 @@ async def test_nonstop_printing_does_not_starve_other_runs(sandbox):
     assert [r.stdout for r in quick] == [f"{i}\n" for i in range(5)]
 
 
+_FIGURE_CODE = """
+import os, struct, zlib
+def png(width, height):  # a red image, written by hand (the sandbox has no plotting library to rely on)
+    row = b"\\x00" + b"\\xff\\x00\\x00" * width
+    chunk = lambda kind, data: struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(row * height)) + chunk(b"IEND", b"")
+open("plot.png", "wb").write(png(32, 24))
+open("notes.txt", "w").write("not a figure")
+open("fake.png", "w").write("not an image either")
+os.symlink("/etc/hostname", "leak.png")  # never followed: the host's files stay where they are
+os.mkfifo("pipe.png")  # never opened for reading: it would block
+print("saved")
+"""
+
+
+async def test_figures_a_run_saves_come_back_only_when_asked(sandbox):
+    plain = await sandbox.run(_FIGURE_CODE)
+    assert plain.ok and plain.figures == () and plain.to_model_text() == "saved"
+    sandbox.settings = dataclasses.replace(sandbox.settings, return_figures=True)
+    try:
+        result = await sandbox.run(_FIGURE_CODE)
+    finally:
+        sandbox.settings = dataclasses.replace(sandbox.settings, return_figures=False)
+    assert result.ok, result
+    assert [(f.name, f.format) for f in result.figures] == [("fake.png", None), ("plot.png", "png")]
+    plot = result.figures[1].data
+    assert plot.startswith(b"\x89PNG") and len(plot) < 200
+    assert result.to_model_text() == "saved\n[fake.png: not an image]\n[figure plot.png: attached]"
+
+
 # -- the tool ---------------------------------------------------------------------------------------
 
 

@@ -178,7 +178,25 @@ def test_eval_config_reports_aime_accuracy():
 
 
 def test_no_4b_specific_plugin_config_is_needed():
-    assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == ["eval_aime.yaml", "strands_math.yaml"]
+    assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == [
+        "eval_aime.yaml",
+        "eval_geo3k.yaml",
+        "strands_geo3k.yaml",
+        "strands_math.yaml",
+    ]
+
+
+def test_the_geometry_agent_differs_from_the_math_agent_only_where_it_says():
+    """configs/strands_geo3k.yaml (the VLM recipe): its prompt, and the Python tool's figures returned."""
+    geo = PluginSettings.from_yaml(CONFIGS / "strands_geo3k.yaml")
+    math = PluginSettings.from_yaml(PLUGIN_CONFIG)
+    assert geo.sandbox.return_figures and not math.sandbox.return_figures
+    assert "figure" in geo.system_prompt and geo.tools == math.tools
+    assert dataclasses.replace(geo, system_prompt=math.system_prompt, sandbox=math.sandbox) == math
+    (geo3k,) = yaml.safe_load((CONFIGS / "eval_geo3k.yaml").read_text())["eval"]["datasets"]
+    assert (
+        set(geo3k) <= SLIME_EVAL_DATASET_KEYS and geo3k["custom_rm_path"] == "slime_strands.reward.accuracy"
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -383,3 +383,47 @@ def test_a_missing_datasets_package_names_the_install_and_the_local_file(tmp_pat
         in err
     )
     assert "--source ./aime-2024.parquet" in err
+
+
+def _png(color: tuple[int, int, int]) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30), color).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_geometry3k_rows_carry_their_figures_as_slime_reads_them(tmp_path, capsys):
+    """hiyouga/geometry3k's shape (problem, answer, images as ``datasets`` Image structs, which slime's loader
+    would silently drop): each figure becomes a data URI, each prompt one ``<image>`` per figure; the same text
+    with another figure is another problem; placeholders that do not match the figures drop the row."""
+    pa = pytest.importorskip("pyarrow")
+    import base64
+
+    import pyarrow.parquet as pq
+
+    red, blue = _png((200, 0, 0)), _png((0, 0, 200))
+    rows = [
+        {"problem": "<image>Find x.", "answer": "2\\sqrt{3}", "images": [{"bytes": red, "path": "a.png"}]},
+        {"problem": "<image>Find x.", "answer": "5", "images": [{"bytes": blue, "path": None}]},
+        {"problem": "Find y.", "answer": "7", "images": [{"bytes": red, "path": None}]},
+        {"problem": "<image><image>Find z.", "answer": "1", "images": [{"bytes": red, "path": None}]},
+        {"problem": "<image>Find w.", "answer": "1", "images": [{"bytes": b"nope", "path": None}]},
+    ]
+    source = tmp_path / "geo3k.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), source)
+    out = tmp_path / "geo3k.jsonl"
+    assert dp.main(["--dataset", "geometry3k", "--source", str(source), "--out", str(out)]) == 0
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["prompt"][0]["content"] for r in written] == [
+        "<image>Find x.",
+        "<image>Find x.",
+        "<image>Find y.",
+    ]
+    assert [r["label"] for r in written] == ["2\\sqrt{3}", "5", "7"]
+    assert [base64.b64decode(r["images"][0].partition(",")[2]) for r in written] == [red, blue, red]
+    assert all(r["images"][0].startswith("data:image/png;base64,") for r in written)
+    err = capsys.readouterr().err
+    assert "image_count" in err and "bad_image" in err

@@ -310,6 +310,31 @@ def test_dry_run_4b_variant(sandbox):
     assert value(convert, "--save") == f"{models}/Qwen/Qwen3-4B_torch_dist"
 
 
+def test_dry_run_vlm_geometry_recipe(sandbox):
+    """scripts/strands_qwen_vl_geo3k.sh: the same recipe on Geometry3K with its figures, a Qwen3.5-VL model."""
+    script = SCRIPTS / "strands_qwen_vl_geo3k.sh"
+    result = run(script, sandbox["env"], DRY_RUN="1")
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout)
+    assert json.loads(value(args, "--multimodal-keys")) == {"image": "images"}
+    assert args[args.index("--spec") + 1 : args.index("--spec") + 3] == [
+        "slime_plugins.models.qwen3_5_vl",
+        "get_qwen3_5_vl_model_provider",
+    ]
+    assert value(args, "--custom-config-path") == str(REPO / "configs" / "strands_geo3k.yaml")
+    assert value(args, "--hf-checkpoint").endswith("/Qwen/Qwen3.5-4B")
+    data = sandbox["env"]["DATA_DIR"]
+    assert value(args, "--prompt-data") == f"{data}/geo3k-train.jsonl"
+    assert value(args, "--eval-config").endswith("_strands_geo3k/run_config/eval_geo3k.yaml")
+    prepares = [c for c in commands(result.stdout) if "data_prep.prepare" in c]
+    assert [(value(c, "--dataset"), value(c, "--out")) for c in prepares] == [
+        ("geometry3k", f"{data}/geo3k-train.jsonl"),
+        ("geometry3k", f"{data}/geo3k-test.jsonl"),
+    ]
+    assert value(prepares[1], "--split") == "test" and "--split" not in prepares[0]
+    assert f"path: {data}/geo3k-test.jsonl" in result.stderr  # the eval config's geo3k, rendered
+
+
 def test_env_overrides_take_effect(sandbox):
     result = run(
         MODEL_SCRIPTS["8b"],

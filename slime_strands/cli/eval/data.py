@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_prep.prepare import RowError, validate_row
+from data_prep.prepare import IMAGE_PLACEHOLDER, RowError, validate_row
 
 from ..errors import CommandError
 
@@ -38,12 +39,35 @@ class EvalPrompt:
     dataset: str
     """The row's ``dataset`` / ``source`` field (top level or in ``metadata``), else the file's stem."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    images: list[str] = field(default_factory=list)
+    """The row's images (data_prep's ``images``: data URIs), one per ``<image>`` placeholder of the prompt."""
 
     @property
     def digest(self) -> str:
         """Identifies the prompt and label: a resumed ``--out`` file must hold trajectories of the same data."""
-        payload = json.dumps([self.prompt, self.label], ensure_ascii=False, sort_keys=True)
+        payload = json.dumps([self.prompt, self.label, *self.images], ensure_ascii=False, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def agent_prompt(self) -> list[dict[str, Any]]:
+        """The messages the agent starts from: each ``<image>`` placeholder the next image, as slime's
+        ``--multimodal-keys`` builds them (``{"type": "image", "image": <data URI>}`` between text items)."""
+        if not self.images:
+            return self.prompt
+        images = iter(self.images)
+        messages: list[dict[str, Any]] = []
+        for message in self.prompt:
+            parts = re.split(f"({re.escape(IMAGE_PLACEHOLDER)})", message["content"])
+            content = [
+                {"type": "image", "image": next(images)}
+                if part == IMAGE_PLACEHOLDER
+                else {"type": "text", "text": part}
+                for part in parts
+                if part
+            ]
+            messages.append(
+                {**message, "content": content if IMAGE_PLACEHOLDER in parts else message["content"]}
+            )
+        return messages
 
 
 def load_prompts(path: str | Path, *, limit: int | None = None) -> list[EvalPrompt]:
@@ -85,7 +109,8 @@ def _parse(raw: str, index: int, line: int, default_dataset: str) -> EvalPrompt:
         row = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise RowError("bad_json", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
-    checked = validate_row(row, integer_labels=False)
+    images_key = "images" if isinstance(row, Mapping) and row.get("images") is not None else None
+    checked = validate_row(row, integer_labels=False, images_key=images_key)
     _check_agent_prompt(checked["prompt"])
     metadata = checked.get("metadata", {})
     return EvalPrompt(
@@ -95,6 +120,7 @@ def _parse(raw: str, index: int, line: int, default_dataset: str) -> EvalPrompt:
         label=checked["label"],
         dataset=_dataset_name(row, metadata) or default_dataset,
         metadata=metadata,
+        images=checked.get("images", []),
     )
 
 

@@ -34,7 +34,7 @@ def prompt_tokens(
     """Tokens of ``prompt`` as an episode's first request holds them (its own system message, else
     ``system_prompt``; the tools; the generation prompt)."""
     system, history, last = _split_prompt(prompt.prompt, system_prompt)  # what run_episode does with it
-    messages = to_template_messages([*history, {"role": "user", "content": last}])
+    messages = to_template_messages([*history, {"role": "user", "content": last}], images=False)
     if system:
         messages.insert(0, {"role": "system", "content": system})
     return len(renderer.encode(renderer.render(messages, tools=tools)))

@@ -14,7 +14,7 @@ from typing import Any
 from ...agent.record import EpisodeRecord
 from ...template.messages import to_template_messages, to_template_tools
 from ...trajectories.config_digest import ConfigDigest
-from ...trajectories.file import SavedSegment, SavedSpan, TrajectoryRow, row_key
+from ...trajectories.file import SavedImage, SavedSegment, SavedSpan, TrajectoryRow, row_key
 from .data import EvalPrompt
 
 __all__ = ["ERROR_CHARS", "episode_row", "template_tools"]
@@ -81,6 +81,7 @@ def _segments(record: EpisodeRecord) -> list[SavedSegment]:
                 for s in tm.spans
             ],
             info,
+            [SavedImage(p.start, p.image.tokens, p.image.data_uri) for p in tm.images],
         )
         for tm, info in parts
         if len(tm)
@@ -99,7 +100,7 @@ def _bounded(error: str | None) -> str | None:
 def _conversation(record: EpisodeRecord) -> list[dict[str, Any]]:
     """The agent's messages in chat-template form, each assistant turn with its reasoning (what a text-based
     framework would keep and re-render)."""
-    messages = to_template_messages(record.messages)
+    messages = to_template_messages(record.messages, images=False)
     reasoning = [_reasoning(m) for m in record.messages if m.get("role") == "assistant"]
     assistants = [m for m in messages if m["role"] == "assistant"]
     for message, text in zip(assistants, reasoning, strict=True):

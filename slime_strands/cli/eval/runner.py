@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import types
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,8 @@ from typing import Any
 from ...agent.episode import EpisodeSpec, run_episode
 from ...agent.record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from ...agent.runtime import Runtime, client_for
+from ...errors import ConfigurationError
+from ...provider.images import Vision, load_vision
 from ...provider.model import SGLangModel
 from ...provider.sampling import merge_sampling_params
 from ...provider.sampling_ranges import range_problems
@@ -104,8 +107,19 @@ def run_eval(options: EvalOptions) -> EvalReport:
     resumed = read_resumable(options.out, prompts, options.n) if options.out else ResumedRows()
     tokenizer = load_tokenizer(options.tokenizer)
     evaluator = _Evaluator(options, settings, tokenizer, prompts, resumed, wandb)
+    evaluator.vision = _vision(options.tokenizer)
     with placement_session(settings.sandbox):  # Ray: joins RAY_ADDRESS or starts one; the pool stops after
         return asyncio.run(evaluator.run())
+
+
+def _vision(tokenizer: str) -> Vision | None:
+    """A vision-language model's image processor, from its folder (``--tokenizer``); None for a text model."""
+    try:
+        return load_vision(tokenizer) if os.path.isdir(tokenizer) else None
+    except ConfigurationError as exc:
+        raise CommandError(
+            str(exc), hint="point --tokenizer at the model's folder (preprocessor_config.json)"
+        ) from None
 
 
 def _with_placement(settings: PluginSettings, placement: str | None) -> PluginSettings:
@@ -160,6 +174,8 @@ class _Evaluator:
         resumed: ResumedRows,
         wandb: Any,
     ) -> None:
+        self.vision: Vision | None = None
+        """A vision-language model's image processor (images in the data reach the model)."""
         self.options = options
         self.settings = settings
         self.tokenizer = tokenizer
@@ -179,7 +195,7 @@ class _Evaluator:
     async def run(self) -> EvalReport:
         options, settings = self.options, self.settings
         client = client_for(settings, options.base_url, max_connections=options.concurrency)
-        runtime = Runtime(settings, client, tokenizer=self.tokenizer)
+        runtime = Runtime(settings, client, tokenizer=self.tokenizer, vision=self.vision)
         writer: TrajectoryWriter | None = None
         io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-strands-eval-writer")
         log: WandbEvalLog | None = None
@@ -314,7 +330,12 @@ class _Evaluator:
         for prompt, sample in pending:  # one shared iterator: each pair is taken by exactly one worker
             progress.started()
             record = await run_episode(
-                self.tokenizer, runtime.client, self.settings, self._spec(prompt, sample), tools=tools
+                self.tokenizer,
+                runtime.client,
+                self.settings,
+                self._spec(prompt, sample),
+                tools=tools,
+                vision=self.vision,
             )
             failing = record.termination is Termination.FAILED and sinks.watch.failing
             if failing and not await sinks.watch.alive():
@@ -340,7 +361,7 @@ class _Evaluator:
         """As slime's eval builds it: the whole response budget is also each turn's ``max_new_tokens`` (the
         settings' ``sampling_params``, ``--sampling-param`` included, go on top in the episode)."""
         return EpisodeSpec(
-            prompt=prompt.prompt,
+            prompt=prompt.agent_prompt(),
             sampling_params=self._turn_params(),
             max_response_tokens=self.options.max_response_len,
             max_context_tokens=self.settings.max_context_len,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 
-from ...trajectories.view import Block, SegmentView, TrajectoryView
+from ...trajectories.view import Block, SegmentView, TokenCell, TrajectoryView
 
 __all__ = ["render_html"]
 
@@ -36,6 +36,7 @@ main { padding: 0 16px 40px; }
 pre.tokens { white-space: pre-wrap; word-break: break-word; margin: 0; font: 13px/1.55 ui-monospace, monospace; }
 .notes { font-size: 12px; margin: 4px 0; padding-left: 18px; color: #444; }
 .t { border-radius: 2px; }
+.img { max-width: 480px; max-height: 360px; border: 1px solid #999; }
 .t.p { color: #6e7781; }
 .t.o { background: #d3ebff; }
 .t.o:nth-child(even) { background: #b3dbff; }
@@ -115,7 +116,7 @@ def render_html(view: TrajectoryView, *, low_logprob: float) -> str:
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        "script-src 'unsafe-inline'\">"
+        "script-src 'unsafe-inline'; img-src data:\">"
         f"<title>trajectory {_e(row.key)} · slime-strands inspect</title><style>{_STYLE}</style></head>"
         f"<body data-key='{_e(row.key)}'><header><h1>{_e(view.headline)}</h1>"
         "<div class='legend'><span class='t p'>prompt</span><span class='t m1'>trained (loss mask 1)</span>"
@@ -143,13 +144,20 @@ def _block(block: Block) -> str:
     kind = _KIND_CLASS[block.kind]
     tokens = "".join(
         f"<span class='t {kind}{' m1' if c.trained else ''}{' nl' if chr(10) in c.text else ''}' "
-        f"data-i='{c.index}' data-id='{c.token_id}' data-lp='{c.logprob:.6g}'>{_e(c.text)}</span>"
+        f"data-i='{c.index}' data-id='{c.token_id}' data-lp='{c.logprob:.6g}'>{_cell(c)}</span>"
         for c in block.cells
     )
     head = f"<div class='head'>{_e(' · '.join(block.header()))}</div>"
     body = f"<pre class='tokens'>{tokens}</pre>"
     inner = head + (body + notes_html if block.kind == "generated" else notes_html + body)
     return f"<div class='block {block.kind}' data-start='{block.start}' data-end='{block.end}'>{inner}</div>"
+
+
+def _cell(cell: TokenCell) -> str:
+    """A token's text; an image's run: its name and the image inline (a data:image URI, checked when read)."""
+    if cell.image is None:
+        return _e(cell.text)
+    return f"{_e(cell.text)}<br><img class='img' src='{_e(cell.image)}' alt='{_e(cell.text)}'><br>"
 
 
 def _e(text: str) -> str:

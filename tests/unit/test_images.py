@@ -1,0 +1,128 @@
+"""Images, piece by piece: the expansion arithmetic and its refusals, the trajectory's wire form, the stand-in's
+SGLang 0.5.23 behaviour, slime's image prompts, and the template check of a vision-language model."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from tokenizer_kit import qwen3_tokenizer_path
+from transformers import AutoTokenizer
+from vlm_kit import IMAGE_PAD, QWEN3_VL, QWEN25_VL, VL_FAMILIES, image_block, png, vl_tokenizer, vl_vision
+
+from slime_strands import SGLangModel
+from slime_strands.errors import InputError
+from slime_strands.provider.images import ImagePlacement, image_bytes
+from slime_strands.provider.images import image_block as block_of
+from slime_strands.provider.token_manager import TokenManager, collapse_images
+from slime_strands.template.chat_template import TemplateError
+from slime_strands.template.render import ChatRenderer
+from slime_strands.testing.sglang_images import ExpandedImages, expand_images
+
+IMAGE = png(100, 60, seed=1)
+URI = "data:image/png;base64," + base64.b64encode(IMAGE).decode()
+
+
+@pytest.mark.parametrize(("family", "tokens"), [(QWEN25_VL, (8, 4, 1296)), (QWEN3_VL, (77, 64, 961))])
+def test_tokens_per_image_are_what_the_real_server_expanded(family, tokens):
+    # 100x60 and 64x64 as the real SGLang 0.5.23 counted them (docs/testing.md); 1000x1000 resized to a multiple
+    # of patch * merge (1008 = 36 * 28: (1008 / 14)^2 / 4; 992 = 31 * 32: (992 / 16)^2 / 4)
+    vision = vl_vision(family)
+    assert (vision.tokens_of(100, 60), vision.tokens_of(64, 64), vision.tokens_of(1000, 1000)) == tokens
+
+
+def test_expansion_replaces_each_pad_by_its_run_and_refuses_a_count_that_differs():
+    vision = vl_vision(QWEN25_VL)
+    image = vision.image(image_block(IMAGE)["image"])
+    ids, starts = vision.expand([1, IMAGE_PAD, 2, IMAGE_PAD, 3], [image, image])
+    assert ids == [1, *[IMAGE_PAD] * 8, 2, *[IMAGE_PAD] * 8, 3] and starts == [1, 10]
+    with pytest.raises(InputError, match="rendered 2 image placeholder"):
+        vision.expand([IMAGE_PAD, IMAGE_PAD], [image])
+
+
+def test_the_trajectory_holds_expanded_ids_and_sends_one_pad_per_image():
+    vision = vl_vision(QWEN25_VL)
+    image = vision.image(image_block(IMAGE)["image"])
+    tm = TokenManager()
+    tm.add_prompt([5, *[IMAGE_PAD] * 8, 6], [ImagePlacement(1, image)])
+    tm.add_generation([7], [-0.5], __import__("slime_strands").provider.token_manager.TurnInfo("stop"))
+    assert tm.wire_ids() == [5, IMAGE_PAD, 6, 7] and tm.wire_length == 4 and len(tm) == 11
+    assert tm.images_before(9) == [image] and tm.images_before(8) == []
+    assert collapse_images(tm.token_ids, tm.images) == tm.wire_ids()
+    with pytest.raises(ValueError, match="outside"):
+        tm.add_observation([1, 2], [ImagePlacement(1, image)])
+
+
+def test_a_bad_image_is_one_clear_line():
+    vision = vl_vision(QWEN25_VL)
+    with pytest.raises(InputError, match="not a png image"):
+        vision.image({"format": "png", "source": {"bytes": b"not an image"}})
+    with pytest.raises(InputError, match="needs a format"):
+        vision.image({"format": "bmp", "source": {"bytes": IMAGE}})
+    with pytest.raises(InputError, match="more than 51,380,224 pixels"):
+        vision.image(image_block(_huge_png())["image"])  # a few kB claiming 8,000 x 8,000 pixels
+    with pytest.raises(InputError, match="data URI, base64 or an absolute path"):
+        image_bytes("images/x.png")
+
+
+def _huge_png() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 8000, 8000, 8, 0, 0, 0, 0)  # grey, never decoded: only its size is read
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b""))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_slime_image_references_become_strands_image_blocks(tmp_path):
+    path = tmp_path / "x.png"
+    path.write_bytes(IMAGE)
+    for reference in (URI, URI.partition(",")[2], str(path), f"file://{path}"):
+        assert block_of(reference) == {"format": "png", "source": {"bytes": IMAGE}}
+
+
+def _body(ids, images):
+    return {"input_ids": ids, "image_data": images, "sampling_params": {}}
+
+
+def test_the_stand_in_expands_and_refuses_as_sglang_does():
+    vision = vl_vision(QWEN25_VL)
+    ok = expand_images(_body([1, 151652, IMAGE_PAD, 151653, 2], [URI]), vision)
+    assert ok == ExpandedImages([1, 151652, *[IMAGE_PAD] * 8, 151653, 2], 8)
+    assert expand_images({"input_ids": [1, IMAGE_PAD]}, vision) == ExpandedImages([1, IMAGE_PAD], 0)
+    assert expand_images(_body([IMAGE_PAD, 9, IMAGE_PAD], [URI]), vision) == (
+        400,
+        "Prompt has 2 image placeholders but 1 image inputs were provided",
+    )
+    assert "hangs" in expand_images(_body([*[IMAGE_PAD] * 8], [URI]), vision)
+    assert "silently ignores" in expand_images(_body([IMAGE_PAD], [URI, URI]), vision)
+    assert "text model" in expand_images(_body([IMAGE_PAD], [URI]), None)
+
+
+@pytest.mark.parametrize("family", VL_FAMILIES, ids=lambda f: f.name)
+def test_the_template_check_refuses_images_numbered_across_the_conversation(family):
+    tokenizer = vl_tokenizer(family)
+    SGLangModel(
+        tokenizer=tokenizer, base_url="http://127.0.0.1:9", vision=vl_vision(family), tool_parser="hermes"
+    )
+    with pytest.raises(TemplateError, match="add_vision_id"):
+        SGLangModel(
+            tokenizer=tokenizer,
+            base_url="http://127.0.0.1:9",
+            vision=vl_vision(family),
+            tool_parser="hermes",
+            chat_template_kwargs={"add_vision_id": True},
+        )
+
+
+def test_the_template_check_refuses_a_text_template_for_a_vision_model():
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_path())
+    with pytest.raises(TemplateError, match="cannot render images"):
+        ChatRenderer(tokenizer).check_images("<|image_pad|>")
