@@ -81,12 +81,24 @@ class Vision:
         image_token_id: int,
         vision_start_id: int,
         vision_end_id: int,
+        video_token_id: int | None = None,
     ) -> None:
         self.image_processor = image_processor
         self.image_token_id = image_token_id
         self.vision_start_id = vision_start_id
         self.vision_end_id = vision_end_id
+        self.placeholder_ids = frozenset(t for t in (image_token_id, video_token_id) if t is not None)
+        """Ids the server fills with vision features (image and video pads): the model must never write one."""
         self.merge_size = int(getattr(image_processor, "merge_size", 2) or 2)
+
+    def generated_placeholder(self, output_ids: Sequence[int]) -> int | None:
+        """The first image / video pad among ids the model wrote, or None.
+
+        No image stands behind such a pad: sent back, it makes SGLang count one placeholder more than the
+        images (Qwen2.5-VL answers 400, Qwen3-VL 500), and in a sample it makes slime's VLM trainer count one
+        image token more than the vision features (its forward fails, and the step with it). The pads are
+        stop tokens of every turn, so the server stops on the first one."""
+        return next((t for t in output_ids if t in self.placeholder_ids), None)
 
     def tokens_of(self, width: int, height: int) -> int:
         """Pads an image of this size expands into: the image processor's patches (after its resize rule) over
@@ -231,6 +243,8 @@ def load_vision(model_path: str) -> Vision | None:
             key: int(config[key])
             for key in ("image_token_id", "vision_start_token_id", "vision_end_token_id")
         }
+        video = config.get("video_token_id")
+        video_token_id = None if video is None else int(video)
     except (OSError, ValueError, KeyError, ImportError) as exc:
         raise ConfigurationError(
             f"{model_path!r} is a vision-language model, but its image processor or image token ids cannot be "
@@ -242,4 +256,5 @@ def load_vision(model_path: str) -> Vision | None:
         image_token_id=ids["image_token_id"],
         vision_start_id=ids["vision_start_token_id"],
         vision_end_id=ids["vision_end_token_id"],
+        video_token_id=video_token_id,
     )

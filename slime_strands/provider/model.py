@@ -180,6 +180,9 @@ class SGLangModel(Model):
         self.update_config(params=dict(params if params is not None else sampling_params or {}), **config)
         self._budgets = TurnBudgets(self.config, client)
         self.vision = vision
+        self._stop_ids = (*self._renderer.turn_end_ids, *sorted(vision.placeholder_ids if vision else ()))
+        """Every turn stops on these: the template's turn ends, and a vision model's pads (see
+        :meth:`~slime_strands.provider.images.Vision.generated_placeholder`)."""
         self._input = InputRenderer(
             self._renderer, ToolOutputFitter(self._renderer, self.config), self._budgets, vision
         )
@@ -299,7 +302,7 @@ class SGLangModel(Model):
         delta_json = await offload(len(wire) * 4, TokenIdsJSON, wire)
         so_far = _turn_so_far(tm) if continued is not None else []
         input_len = len(tm) + len(delta_ids)
-        params = turn_params(self.config["params"], self._renderer.turn_end_ids)
+        params = turn_params(self.config["params"], self._stop_ids)
 
         started = time.perf_counter()
         result, cut = await self._send_turn(
@@ -374,6 +377,13 @@ class SGLangModel(Model):
         )
         if result.output_ids:
             self.token_manager.add_generation(result.output_ids, result.logprobs, info)
+            pad = self.vision.generated_placeholder(result.output_ids) if self.vision else None
+            if pad is not None:
+                raise TrajectoryError(
+                    f"the model wrote {self._renderer.token_text(pad)!r} (id {pad}), a vision placeholder "
+                    "with no image behind it: neither SGLang nor slime's VLM trainer can take the trajectory, "
+                    "so the episode fails (its sample masked, left out of its group)"
+                )
         self._requests.extend(result.output_ids)
         stats = self.stats
         stats.turns += new_turn

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from real_sglang.tiny_vl_model import make_tiny_vl_model
+from real_sglang.tiny_vl_model import VL_IDS, make_tiny_vl_model
 from slime_helpers import Sample, make_args, new_sample, run
 from transformers import AutoTokenizer
 from vlm_kit import IMAGE_PAD, png
@@ -120,6 +120,30 @@ async def test_a_failed_sample_keeps_the_images_of_the_prompt_it_keeps(vl_model)
     assert len(out.multimodal_inputs["images"]) == 1 and out.multimodal_train_inputs[
         "image_grid_thw"
     ].shape == (1, 3)
+
+
+@pytest.mark.parametrize("after", ["the answer", "a tool call"])
+async def test_a_vision_pad_the_model_writes_fails_its_sample_before_the_server_or_the_trainer_sees_it(
+    vl_model, after
+):
+    """A pad with no image behind it (a random-weight or drifting model can write one): sent back, SGLang counts
+    one placeholder more than the images; in a sample, slime's VLM trainer one image token more than the
+    features (its forward fails the step). The pads stop every turn; the sample is FAILED, masked."""
+    family, folder, tokenizer, vision, server = vl_model
+    think = "ok</think>\n\n" if family == "qwen3-vl" else ""
+    tail = CALL if after == "a tool call" else "x = 3"
+    written = [
+        *tokenizer.encode(think + "I draw ", add_special_tokens=False),
+        vision.image_token_id,
+        *tokenizer.encode(tail, add_special_tokens=False),
+    ]
+    out = await run(server, _args(server, folder), _sample(), Turn(token_ids=written))
+    assert out.status == Sample.Status.FAILED and out.remove_sample, out.metadata
+    assert "<|image_pad|>" in out.metadata["strands"]["error"]
+    (request,) = server.generate_requests  # nothing was sent after the pad
+    assert {IMAGE_PAD, VL_IDS["video_token_id"]} <= set(request.body["sampling_params"]["stop_token_ids"])
+    assert_sample_images(out, vision)  # the prompt's image only: what the trainer can take
+    assert list(out.tokens).count(IMAGE_PAD) == out.multimodal_train_inputs["image_grid_thw"].prod() // 4
 
 
 async def test_a_checkpoint_of_an_image_trajectory_restores_it_exactly(vl_model):
