@@ -122,7 +122,9 @@ class Vision:
         try:
             with Image.open(io.BytesIO(data)) as image:
                 size = image.size
-        except (UnidentifiedImageError, OSError) as exc:
+        except UnidentifiedImageError as exc:
+            raise InputError(f"an image block's bytes are not a {fmt} image: send the file's bytes") from exc
+        except OSError as exc:
             raise InputError(
                 f"an image block's bytes are not a {fmt} image ({exc}): send the file's bytes"
             ) from exc
@@ -214,7 +216,11 @@ def image_block(reference: Any) -> dict[str, Any]:
     try:
         with Image.open(io.BytesIO(data)) as image:
             fmt = _FORMATS.get(str(image.format).lower())
-    except (UnidentifiedImageError, OSError) as exc:
+    except UnidentifiedImageError as exc:
+        raise InputError(
+            "an image of the prompt is not an image file: check the data's images column"
+        ) from exc
+    except OSError as exc:
         raise InputError(
             f"an image of the prompt cannot be read ({exc}): check the data's images column"
         ) from exc

@@ -296,6 +296,7 @@ class _Evaluator:
             template_tools(runtime.tools()),
             await model.context_window(),
             data=self.options.data,
+            vision=self.vision,
         )
 
     async def _run_all(
