@@ -120,13 +120,12 @@ class Vision:
                 "{'bytes': <the file's bytes>}}"
             )
         try:
-            with Image.open(io.BytesIO(data)) as image:
+            with Image.open(io.BytesIO(data)) as image:  # the header only: no pixel is decoded here
                 size = image.size
-        except UnidentifiedImageError as exc:
-            raise InputError(f"an image block's bytes are not a {fmt} image: send the file's bytes") from exc
-        except OSError as exc:
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
+            why = "" if isinstance(exc, UnidentifiedImageError) else f" ({exc})"
             raise InputError(
-                f"an image block's bytes are not a {fmt} image ({exc}): send the file's bytes"
+                f"an image block's bytes are not a {fmt} image{why}: send the file's bytes"
             ) from exc
         limit = _OVERSIZE * int(
             getattr(getattr(self.image_processor, "size", None), "longest_edge", None) or 1 << 24
@@ -220,7 +219,7 @@ def image_block(reference: Any) -> dict[str, Any]:
         raise InputError(
             "an image of the prompt is not an image file: check the data's images column"
         ) from exc
-    except OSError as exc:
+    except (OSError, Image.DecompressionBombError) as exc:
         raise InputError(
             f"an image of the prompt cannot be read ({exc}): check the data's images column"
         ) from exc

@@ -3,8 +3,9 @@
 A tool output is what the model's program printed: possibly megabytes. One longer than
 ``max_tool_output_tokens`` keeps its head and tail around a marker saying how many tokens were cut; with
 ``fit_tool_outputs``, outputs that would leave a turn fewer than ``min_turn_tokens`` to write are shrunk
-evenly so they fit (context management may instead start a segment that holds them whole). Both work on the
-template-form messages of one render, in place.
+evenly so they fit (context management may instead start a segment that holds them whole). An image of a tool
+output is shown if it can be shown at all and its pads fit what ``max_tool_output_tokens`` leaves; otherwise a
+line says why in its place. All work on the template-form messages of one render, in place.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import InputError
 from ..template.render import ChatRenderer
+from .images import Vision
 from .model_stats import ModelStats
 
 __all__ = ["ToolOutputFitter"]
@@ -32,6 +35,42 @@ class ToolOutputFitter:
     def __init__(self, renderer: ChatRenderer, config: Mapping[str, Any]) -> None:
         self._renderer = renderer
         self._config = config
+
+    def show_images(
+        self, template_messages: list[dict[str, Any]], vision: Vision | None, stats: ModelStats | None
+    ) -> None:
+        """Replace, in place, each image of a tool output the model cannot be shown by a line saying why: one
+        that is no image or a decompression bomb or far too large (what model-written code may save), and one
+        whose pads would take the output past ``max_tool_output_tokens`` (each image in order is shown if its pads
+        fit what the output has left; a refused one is counted as a cut). The episode goes on with the output, as with
+        any tool error. An image of a user message is the data's and stays (an unusable one fails the sample
+        with its reason). An output left without images is text again (cut like any)."""
+        if vision is None:
+            return
+        limit = self._config["max_tool_output_tokens"]
+        for message in template_messages:
+            if message["role"] != "tool" or not isinstance(message["content"], list):
+                continue
+            parts, left = message["content"], limit
+            for i, part in enumerate(parts):
+                if part.get("type") != "image":
+                    continue
+                try:
+                    tokens = vision.image(part["image"]).tokens
+                except InputError as exc:
+                    parts[i] = _not_shown(str(exc))
+                    continue
+                if left is None or tokens <= left:
+                    left = None if left is None else left - tokens
+                    continue
+                parts[i] = _not_shown(
+                    f"its {tokens} tokens would take the output past the {limit} a tool output may hold "
+                    "(max_tool_output_tokens): save it smaller"
+                )
+                if stats is not None:
+                    stats.tool_outputs_truncated += 1
+            if all(part.get("type") == "text" for part in parts):
+                message["content"] = "\n".join(part["text"] for part in parts)
 
     def cut_to_limit(self, tool_msgs: list[dict[str, Any]], stats: ModelStats | None) -> Encoded:
         """Cut each tool output to ``max_tool_output_tokens`` (head + tail); returns the token ids it computed.
@@ -96,3 +135,7 @@ def _cut_chars(text: str, limit: int) -> str:
     return (
         f"{text[:half]}\n... [{len(text) - 2 * half} characters of tool output truncated] ...\n{text[-half:]}"
     )
+
+
+def _not_shown(why: str) -> dict[str, str]:
+    return {"type": "text", "text": f"\n[image not shown: {why}]"}

@@ -81,16 +81,29 @@ PLOT_CODE = (
 )
 
 
-async def test_the_python_tool_returns_the_figure_the_code_saved(vl_model):
+HOSTILE_FIGURES_CODE = PLOT_CODE.replace("print('plotted')", "") + (
+    "open('bad.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + b'not a png at all')\n"
+    "head = lambda w, h: b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))\n"
+    "open('bomb.png', 'wb').write(head(30000, 30000) + chunk(b'IEND', b''))\n"
+    "open('huge.png', 'wb').write(head(8000, 8000) + chunk(b'IEND', b''))\n"
+    "print('plotted')"
+)
+
+
+@pytest.mark.parametrize("code", [PLOT_CODE, HOSTILE_FIGURES_CODE], ids=["plot", "hostile-figures"])
+async def test_the_python_tool_shows_the_figure_the_code_saved_and_names_those_it_cannot(vl_model, code):
     """The geometry agent's plotting call: the sandbox's Python tool, ``sandbox.return_figures``, the figure
-    the program saved reaches the model as an image and the sample as its second image."""
+    the program saved reaches the model as an image and the sample as its second image. Model-written code is
+    hostile: beside it, a .png that only starts like one, a decompression bomb (a header claiming 30000 x 30000),
+    one of 8000 x 8000 pixels. Each becomes a line of the tool's output saying why and the episode goes on (a
+    tool's failure, the model's to learn from, not a FAILED sample)."""
     import json
 
     family, folder, _, vision, server = vl_model
     think = "ok</think>\n\n" if family == "qwen3-vl" else ""
     call = (
         "<tool_call>\n"
-        + json.dumps({"name": "execute_python_code", "arguments": {"code": PLOT_CODE}})
+        + json.dumps({"name": "execute_python_code", "arguments": {"code": code}})
         + "\n</tool_call>"
     )
     args = make_args(
@@ -108,6 +121,16 @@ async def test_the_python_tool_returns_the_figure_the_code_saved(vl_model):
     assert [image.size for image in out.multimodal_inputs["images"]] == [(100, 60), (48, 40)]
     tool_turn = server.generate_requests[1].body
     assert len(tool_turn["image_data"]) == 2
+    shown = server.tokenizer.decode(tool_turn["input_ids"])
+    if code == PLOT_CODE:
+        assert "[image not shown: " not in shown
+        return
+    assert shown.count("[image not shown: ") == 3, shown
+    assert "bytes are not a png image: " in shown and "decompression bomb" in shown
+    if family == "qwen2.5-vl":  # over 4 x the processor's largest area: refused before any decoding
+        assert "8000 x 8000 pixels is more than" in shown
+    else:  # Qwen3-VL's largest area is 16.7 M pixels: 16384 pads, past the output's 4096 tokens
+        assert "its 16384 tokens would take the output past the 4096 a tool output may hold" in shown
 
 
 async def test_a_failed_sample_keeps_the_images_of_the_prompt_it_keeps(vl_model):

@@ -81,6 +81,52 @@ def _huge_png() -> bytes:
     )
 
 
+def test_a_tool_outputs_images_are_shown_while_their_pads_fit_its_limit():
+    """Qwen2.5-VL: a 100 x 60 figure is 8 pads, a 1000 x 1000 one 1296. With 1304 tokens per output, the first
+    small one and the large one fit, the second small one would pass the limit; with 1300 the large one would,
+    and both small ones are shown. A user's image is never touched, and an output left without images is plain
+    text again (cut like any)."""
+    from slime_strands.provider.model_stats import ModelStats
+    from slime_strands.provider.tool_output import ToolOutputFitter
+
+    vision = vl_vision(QWEN25_VL)
+    small, large = image_block(IMAGE)["image"], image_block(png(1000, 1000))["image"]
+    messages = [
+        {"role": "user", "content": [{"type": "image", "image": large}, {"type": "text", "text": "Find x."}]},
+        {"role": "tool", "content": [{"type": "text", "text": "plotted"}, *_images(small, large, small)]},
+        {
+            "role": "tool",
+            "content": [{"type": "text", "text": "bad"}, *_images({"format": "png", "source": {}})],
+        },
+    ]
+    stats = ModelStats()
+    fitter = ToolOutputFitter(ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": 1304})
+    fitter.show_images(messages, vision, stats)
+    assert messages[0]["content"][0]["image"] is large
+    kinds = [part["type"] for part in messages[1]["content"]]
+    assert kinds == ["text", "image", "image", "text"] and stats.tool_outputs_truncated == 1
+    assert (
+        "its 8 tokens would take the output past the 1304 a tool output may hold"
+        in messages[1]["content"][3]["text"]
+    )
+    assert messages[2]["content"].startswith("bad\n\n[image not shown: an image block needs a format")
+    tighter = [{"role": "tool", "content": _images(small, large, small)}]
+    ToolOutputFitter(ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": 1300}).show_images(
+        tighter, vision, None
+    )
+    assert [part["type"] for part in tighter[0]["content"]] == ["image", "text", "image"]
+    assert "its 1296 tokens would take" in tighter[0]["content"][1]["text"]
+    unlimited = [{"role": "tool", "content": _images(small, large, small)}]
+    ToolOutputFitter(ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": None}).show_images(
+        unlimited, vision, None
+    )
+    assert [part["type"] for part in unlimited[0]["content"]] == ["image"] * 3
+
+
+def _images(*blocks):
+    return [{"type": "image", "image": block} for block in blocks]
+
+
 def test_slime_image_references_become_strands_image_blocks(tmp_path):
     path = tmp_path / "x.png"
     path.write_bytes(IMAGE)
