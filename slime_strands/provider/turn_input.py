@@ -22,7 +22,7 @@ from ..template.render import ChatRenderer
 from ..tool_parsers import ToolSchemas
 from .budgets import TurnBudgets
 from .checkpoint import PendingTurn
-from .images import ImagePlacement, Vision
+from .images import ImagePlacement, TrajectoryImage, Vision
 from .model_stats import ModelStats
 from .offload import offload
 from .token_manager import TokenManager
@@ -99,6 +99,7 @@ class InputRenderer:
         renderer = self._renderer
         template_messages = to_template_messages(messages, tool_ids=state.template_ids)
         self._fitter.show_images(template_messages, self._vision, stats=None)
+        images = self._images(template_messages)
         # A compacted history re-rendered as a new segment's prompt: its tool outputs as they were cut before,
         # and shrunk when they do not fit the new segment either.
         tool_msgs = _text_tool_messages(template_messages)
@@ -107,24 +108,28 @@ class InputRenderer:
             template_messages.insert(0, {"role": "system", "content": system_prompt})
         text = renderer.render(template_messages, tools=tools)
         ids = renderer.encode(text)
-        if self._fitter.shrink_to_room(tool_msgs, encoded, len(ids), room, stats):
+        if self._fitter.shrink_to_room(tool_msgs, encoded, len(ids) + _added_pads(images), room, stats):
             text = renderer.render(template_messages, tools=tools)
             ids = renderer.encode(text)
-        return (text, *self._with_images(template_messages, ids))
+        return (text, *self._expand(ids, images))
 
-    def _with_images(
-        self, template_messages: list[dict[str, Any]], ids: list[int]
-    ) -> tuple[list[int], list[ImagePlacement]]:
-        """``ids`` with the rendered images' pads expanded to the server's count, and where each image is."""
+    def _images(self, template_messages: list[dict[str, Any]]) -> list[TrajectoryImage]:
+        """The images the messages show, in the order the template renders them (an unusable image of a user
+        message: InputError with the reason)."""
         items = image_items(template_messages)
-        if not items:
-            return ids, []
-        if self._vision is None:
+        if items and self._vision is None:
             raise InputError(
                 "a message holds an image but the model has no image processor: pass vision= to SGLangModel "
                 "(slime_strands.provider.images.load_vision of the checkpoint) or use a vision-language model"
             )
-        images = [self._vision.image(item) for item in items]
+        return [self._vision.image(item) for item in items] if self._vision is not None else []
+
+    def _expand(
+        self, ids: list[int], images: list[TrajectoryImage]
+    ) -> tuple[list[int], list[ImagePlacement]]:
+        """``ids`` with the rendered images' pads expanded to the server's count, and where each image is."""
+        if self._vision is None or not images:
+            return ids, []
         expanded, starts = self._vision.expand(ids, images)
         return expanded, [ImagePlacement(start, image) for start, image in zip(starts, images, strict=True)]
 
@@ -176,16 +181,22 @@ class InputRenderer:
     ) -> tuple[str, list[int], list[ImagePlacement]]:
         renderer = self._renderer
         self._fitter.show_images(template_messages, self._vision, stats)
+        images = self._images(template_messages)
         tool_msgs = _text_tool_messages(template_messages)
         encoded = self._fitter.cut_to_limit(tool_msgs, stats)
         text, ids = renderer.encode_continuation(
             template_messages, system=system_prompt, tools=tools, after=after
         )
-        if self._fitter.shrink_to_room(tool_msgs, encoded, len(ids), room, stats):
+        if self._fitter.shrink_to_room(tool_msgs, encoded, len(ids) + _added_pads(images), room, stats):
             text, ids = renderer.encode_continuation(
                 template_messages, system=system_prompt, tools=tools, after=after
             )
-        return (text, *self._with_images(template_messages, ids))
+        return (text, *self._expand(ids, images))
+
+
+def _added_pads(images: list[TrajectoryImage]) -> int:
+    """Tokens the images add to a render once expanded (each is rendered as one pad)."""
+    return sum(image.tokens - 1 for image in images)
 
 
 def _text_tool_messages(template_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -144,3 +144,49 @@ def test_a_text_only_episode_on_a_vision_model_is_unchanged():
     assert not model.token_manager.images
     assert "image_data" not in server.generate_requests[0].body
     assert_trajectory_invariants(model.token_manager, server)
+
+
+@tool
+def large_plot(expression: str) -> dict:
+    """Plot an expression large and return the figure."""
+    return {"status": "success", "content": [{"image": {"format": "png", "source": {"bytes": LARGE_FIGURE}}}]}
+
+
+@tool
+def dump(expression: str) -> str:
+    """Print a long table of values."""
+    return " ".join(str(i % 97) for i in range(4000))
+
+
+LARGE_FIGURE = png(1000, 1000, seed=4)
+"""1296 pads on Qwen2.5-VL."""
+
+
+def test_text_outputs_shrink_to_leave_room_beside_an_images_expanded_pads():
+    """One turn calls a tool returning a large figure and one printing thousands of tokens, in a window of 3,000: the
+    text output is shrunk so the observation, the figure's 1,296 pads counted, leaves 64 tokens for the answer (the
+    figure counted as its one placeholder, the shrink cut too little and the turn overflowed the window)."""
+    tokenizer, vision, server = _episode(QWEN25_VL)
+    calls = "\n".join(
+        f'<tool_call>\n{{"name": "{name}", "arguments": {{"expression": "x"}}}}\n</tool_call>'
+        for name in ("large_plot", "dump")
+    )
+    with server:
+        server.script(Turn(calls), Turn("x = 3"))
+        model = make_model(
+            tokenizer, server, vision=vision, tool_parser="hermes", context_length=3000, min_turn_tokens=64
+        )
+        agent = Agent(
+            model=model,
+            tools=[large_plot, dump],
+            callback_handler=None,
+            conversation_manager=NullConversationManager(),
+        )
+        agent([image_block(PROMPT_IMAGE), {"text": "Find x."}])
+    tm = model.token_manager
+    assert_trajectory_invariants(tm, server)
+    assert [p.image.tokens for p in tm.images] == [8, 1296]
+    assert model.stats.tool_outputs_truncated == 1 and "tokens of tool output truncated" in tokenizer.decode(
+        tm.token_ids
+    )
+    assert len(server.generate_requests) == 2 and len(tm) <= 3000
