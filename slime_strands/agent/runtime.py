@@ -117,10 +117,11 @@ class Runtime:
     async def preflight(self, tokenizer: Any, template_kwargs: Mapping[str, Any]) -> None:
         """Raise ConfigurationError for what would fail every episode; cheap after the first call.
 
-        Checks: the settings (validated when they were built), the tools (import), the sandbox when its tool is
+        Checks: the settings (validated when they were built); the tools (import); the sandbox when its tool is
         configured (isolation must work unless ``sandbox.backend: limits`` opts out: ``SandboxIsolationError``;
         with ``sandbox.placement: ray`` the pool starts, each worker checking isolation on its node, or
-        ``SandboxPoolError`` says why it cannot), and the chat template with these template variables (it must render incrementally token-in/token-out:
+        ``SandboxPoolError`` says why it cannot; ``return_figures`` needs a vision-language model); the chat
+        template with these template variables (it must render incrementally token-in/token-out:
         ``ChatRenderer``'s probe).
         """
         self.tools()
@@ -128,6 +129,12 @@ class Runtime:
             from ..sandbox import ensure_isolation
 
             await ensure_isolation(self.settings.sandbox)  # also warms the interpreter the first runs use
+            if self.settings.sandbox.return_figures and await self.vision() is None:
+                raise ConfigurationError(
+                    "sandbox.return_figures shows the model the figures its code saves, but the model has no "
+                    "image processor (a text checkpoint): set sandbox.return_figures: false, or use a "
+                    "vision-language checkpoint"
+                )
             self._isolation_checked = True
         kwargs = dict(template_kwargs)
         if self.settings.enable_thinking is not None:

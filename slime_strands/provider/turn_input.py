@@ -16,7 +16,7 @@ from typing import Any
 from strands.types.content import Messages
 from strands.types.tools import ToolSpec
 
-from ..errors import InputError
+from ..errors import ConfigurationError
 from ..template.messages import image_items, to_template_messages, to_template_tools
 from ..template.render import ChatRenderer
 from ..tool_parsers import ToolSchemas
@@ -115,12 +115,15 @@ class InputRenderer:
 
     def _images(self, template_messages: list[dict[str, Any]]) -> list[TrajectoryImage]:
         """The images the messages show, in the order the template renders them (an unusable image of a user
-        message: InputError with the reason)."""
+        message: InputError with the reason). An image for a model without an image processor is a
+        ConfigurationError: every episode that holds one would fail the same way."""
         items = image_items(template_messages)
         if items and self._vision is None:
-            raise InputError(
-                "a message holds an image but the model has no image processor: pass vision= to SGLangModel "
-                "(slime_strands.provider.images.load_vision of the checkpoint) or use a vision-language model"
+            raise ConfigurationError(
+                "a message holds an image but the model has no image processor: use a vision-language checkpoint "
+                "(slime: --hf-checkpoint with a vision_config and preprocessor_config.json; slime-strands eval: "
+                "--tokenizer that folder; a library model: vision=load_vision(folder)), or keep images out of the "
+                "data and the tools"
             )
         return [self._vision.image(item) for item in items] if self._vision is not None else []
 

@@ -22,7 +22,7 @@ from vlm_kit import (
     vl_vision,
 )
 
-from slime_strands.errors import InputError
+from slime_strands.errors import ConfigurationError
 from slime_strands.provider.token_manager import collapse_images
 from slime_strands.testing import SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_trajectory_invariants
@@ -130,7 +130,7 @@ def test_an_image_without_an_image_processor_is_one_clear_error():
     with SGLangTestServer(tokenizer) as server:
         model = make_model(tokenizer, server, tool_parser="hermes")
         agent = Agent(model=model, callback_handler=None)
-        with pytest.raises(InputError, match="no image processor: pass vision="):
+        with pytest.raises(ConfigurationError, match="no image processor: use a vision-language checkpoint"):
             agent([image_block(PROMPT_IMAGE), {"text": "Find x."}])
     assert not server.generate_requests
 

@@ -133,6 +133,27 @@ async def test_the_python_tool_shows_the_figure_the_code_saved_and_names_those_i
         assert "its 16384 tokens would take the output past the 4096 a tool output may hold" in shown
 
 
+@pytest.mark.parametrize("through", ["the data", "sandbox.return_figures"])
+async def test_images_for_a_text_checkpoint_stop_the_run_at_the_first_sample(tmp_path, through):
+    """Every episode would fail the same way: a configuration error, raised to slime at once (not one FAILED
+    sample after another)."""
+    from tokenizer_kit import qwen3_tokenizer_path
+
+    from slime_strands.errors import ConfigurationError
+
+    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_path())
+    strands = (
+        {"tools": ["slime_strands.sandbox.execute_python_code"], "sandbox": {"return_figures": True}}
+        if through == "sandbox.return_figures"
+        else {"tools": ["rollout_tools.plot"]}
+    )
+    sample = _sample() if through == "the data" else new_sample("Find x.")
+    with SGLangTestServer(tokenizer) as server:
+        with pytest.raises(ConfigurationError, match="no image processor"):
+            await run(server, make_args(server, strands=strands), sample, Turn("x = 3"))
+        assert not server.generate_requests
+
+
 async def test_a_failed_sample_keeps_the_images_of_the_prompt_it_keeps(vl_model):
     _, folder, _, vision, server = vl_model
     args = _args(server, folder)
