@@ -40,11 +40,11 @@ class ToolOutputFitter:
         self, template_messages: list[dict[str, Any]], vision: Vision | None, stats: ModelStats | None
     ) -> None:
         """Replace, in place, each image of a tool output the model cannot be shown by a line saying why: one
-        that is no image or a decompression bomb or far too large (what model-written code may save), and one
-        whose pads would take the output past ``max_tool_output_tokens`` (each image in order is shown if its pads
-        fit what the output has left; a refused one is counted as a cut). The episode goes on with the output, as with
-        any tool error. An image of a user message is the data's and stays (an unusable one fails the sample
-        with its reason). An output left without images is text again (cut like any)."""
+        that is no image, a decompression bomb or far too large (what model-written code may save), and one
+        whose pads would take the output past ``max_tool_output_tokens`` (each image in order is shown if its
+        pads fit what the output has left; a refused one counts as a cut). The episode goes on with the output,
+        as with any tool error. An image of a user message is the data's and stays (an unusable one fails the
+        sample with its reason). An output left without images is text again (cut like any)."""
         if vision is None:
             return
         limit = self._config["max_tool_output_tokens"]

@@ -163,9 +163,10 @@ LARGE_FIGURE = png(1000, 1000, seed=4)
 
 
 def test_text_outputs_shrink_to_leave_room_beside_an_images_expanded_pads():
-    """One turn calls a tool returning a large figure and one printing thousands of tokens, in a window of 3,000: the
-    text output is shrunk so the observation, the figure's 1,296 pads counted, leaves 64 tokens for the answer (the
-    figure counted as its one placeholder, the shrink cut too little and the turn overflowed the window)."""
+    """One turn calls a tool returning a large figure and one printing thousands of tokens, in a window of
+    3,000: the text output is shrunk so the observation, the figure's 1,296 pads counted, leaves 64 tokens for
+    the answer (the figure counted as its one placeholder, the shrink cut too little and the turn overflowed
+    the window)."""
     tokenizer, vision, server = _episode(QWEN25_VL)
     calls = "\n".join(
         f'<tool_call>\n{{"name": "{name}", "arguments": {{"expression": "x"}}}}\n</tool_call>'

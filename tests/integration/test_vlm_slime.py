@@ -83,7 +83,8 @@ PLOT_CODE = (
 
 HOSTILE_FIGURES_CODE = PLOT_CODE.replace("print('plotted')", "") + (
     "open('bad.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + b'not a png at all')\n"
-    "head = lambda w, h: b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))\n"
+    "ihdr = lambda w, h: chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0))\n"
+    "head = lambda w, h: b'\\x89PNG\\r\\n\\x1a\\n' + ihdr(w, h)\n"
     "open('bomb.png', 'wb').write(head(30000, 30000) + chunk(b'IEND', b''))\n"
     "open('huge.png', 'wb').write(head(8000, 8000) + chunk(b'IEND', b''))\n"
     "print('plotted')"
