@@ -4,8 +4,9 @@ A tool output is what the model's program printed: possibly megabytes. One longe
 ``max_tool_output_tokens`` keeps its head and tail around a marker saying how many tokens were cut; with
 ``fit_tool_outputs``, outputs that would leave a turn fewer than ``min_turn_tokens`` to write are shrunk
 evenly so they fit (context management may instead start a segment that holds them whole). An image of a tool
-output is shown if it can be shown at all and its pads fit what ``max_tool_output_tokens`` leaves; otherwise a
-line says why in its place. All work on the template-form messages of one render, in place.
+output is shown if it can be shown at all and its pads fit what ``max_tool_output_tokens`` leaves, otherwise a
+line says why in its place, and the text beside the images shown is cut to what they leave. All work on the
+template-form messages of one render, in place.
 """
 
 from __future__ import annotations
@@ -36,15 +37,17 @@ class ToolOutputFitter:
         self._renderer = renderer
         self._config = config
 
-    def show_images(
+    def fit_image_outputs(
         self, template_messages: list[dict[str, Any]], vision: Vision | None, stats: ModelStats | None
     ) -> None:
-        """Replace, in place, each image of a tool output the model cannot be shown by a line saying why: one
-        that is no image, a decompression bomb or far too large (what model-written code may save), and one
-        whose pads would take the output past ``max_tool_output_tokens`` (each image in order is shown if its
-        pads fit what the output has left; a refused one counts as a cut). The episode goes on with the output,
-        as with any tool error. An image of a user message is the data's and stays (an unusable one fails the
-        sample with its reason). An output left without images is text again (cut like any)."""
+        """Fit, in place, each tool output that holds images. An image the model cannot be shown is replaced by
+        a line saying why: one that is no image, a decompression bomb or far too large (what model-written code
+        may save), and one whose pads would take the output past ``max_tool_output_tokens`` (each image in
+        order is shown if its pads fit what the output has left; a refused one counts as a cut). The episode
+        goes on with the output, as with any tool error. The text beside the images shown is cut to what they
+        leave of the limit (shared evenly by its parts). An image of a user message is the data's and stays (an
+        unusable one fails the sample with its reason). An output left without images is text again (cut like
+        any)."""
         if vision is None:
             return
         limit = self._config["max_tool_output_tokens"]
@@ -52,6 +55,7 @@ class ToolOutputFitter:
             if message["role"] != "tool" or not isinstance(message["content"], list):
                 continue
             parts, left = message["content"], limit
+            texts = [part for part in parts if part.get("type") == "text"]  # the tool's own, not our notes
             for i, part in enumerate(parts):
                 if part.get("type") != "image":
                     continue
@@ -71,6 +75,15 @@ class ToolOutputFitter:
                     stats.tool_outputs_truncated += 1
             if all(part.get("type") == "text" for part in parts):
                 message["content"] = "\n".join(part["text"] for part in parts)
+            elif left is not None and texts:
+                self._cut_texts(texts, max(left // len(texts), _MIN_TRUNCATED_TOOL_TOKENS), stats)
+
+    def _cut_texts(self, texts: list[dict[str, Any]], limit: int, stats: ModelStats | None) -> None:
+        """Cut each text part (``{"type": "text", "text"}``) to ``limit`` tokens, in place."""
+        views = [{"content": part["text"]} for part in texts]
+        self._cut_contents(views, limit, stats)
+        for part, view in zip(texts, views, strict=True):
+            part["text"] = view["content"]
 
     def cut_to_limit(self, tool_msgs: list[dict[str, Any]], stats: ModelStats | None) -> Encoded:
         """Cut each tool output to ``max_tool_output_tokens`` (head + tail); returns the token ids it computed.
@@ -79,8 +92,10 @@ class ToolOutputFitter:
         one of at most ``limit`` bytes fits): the continuation encodes it anyway.
         """
         limit = self._config["max_tool_output_tokens"]
-        if not limit:
-            return {}
+        return self._cut_contents(tool_msgs, limit, stats) if limit else {}
+
+    def _cut_contents(self, tool_msgs: list[dict[str, Any]], limit: int, stats: ModelStats | None) -> Encoded:
+        """Cut each message's ``content`` to ``limit`` tokens (head + tail), in place; the ids it computed."""
         for message in tool_msgs:  # bound tokenizer work on huge outputs: no token survives beyond this
             message["content"] = _cut_chars(message["content"], limit * _CHARS_PER_TOKEN_BOUND)
         long = [m for m in tool_msgs if len(m["content"].encode()) > limit]

@@ -98,7 +98,7 @@ class InputRenderer:
     ) -> tuple[str, list[int], list[ImagePlacement]]:
         renderer = self._renderer
         template_messages = to_template_messages(messages, tool_ids=state.template_ids)
-        self._fitter.show_images(template_messages, self._vision, stats=None)
+        self._fitter.fit_image_outputs(template_messages, self._vision, stats=None)
         images = self._images(template_messages)
         # A compacted history re-rendered as a new segment's prompt: its tool outputs as they were cut before,
         # and shrunk when they do not fit the new segment either.
@@ -183,7 +183,7 @@ class InputRenderer:
         stats: ModelStats,
     ) -> tuple[str, list[int], list[ImagePlacement]]:
         renderer = self._renderer
-        self._fitter.show_images(template_messages, self._vision, stats)
+        self._fitter.fit_image_outputs(template_messages, self._vision, stats)
         images = self._images(template_messages)
         tool_msgs = _text_tool_messages(template_messages)
         encoded = self._fitter.cut_to_limit(tool_msgs, stats)

@@ -101,7 +101,7 @@ def test_a_tool_outputs_images_are_shown_while_their_pads_fit_its_limit():
     ]
     stats = ModelStats()
     fitter = ToolOutputFitter(ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": 1304})
-    fitter.show_images(messages, vision, stats)
+    fitter.fit_image_outputs(messages, vision, stats)
     assert messages[0]["content"][0]["image"] is large
     kinds = [part["type"] for part in messages[1]["content"]]
     assert kinds == ["text", "image", "image", "text"] and stats.tool_outputs_truncated == 1
@@ -111,16 +111,38 @@ def test_a_tool_outputs_images_are_shown_while_their_pads_fit_its_limit():
     )
     assert messages[2]["content"].startswith("bad\n\n[image not shown: an image block needs a format")
     tighter = [{"role": "tool", "content": _images(small, large, small)}]
-    ToolOutputFitter(ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": 1300}).show_images(
-        tighter, vision, None
-    )
+    ToolOutputFitter(
+        ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": 1300}
+    ).fit_image_outputs(tighter, vision, None)
     assert [part["type"] for part in tighter[0]["content"]] == ["image", "text", "image"]
     assert "its 1296 tokens would take" in tighter[0]["content"][1]["text"]
     unlimited = [{"role": "tool", "content": _images(small, large, small)}]
-    ToolOutputFitter(ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": None}).show_images(
-        unlimited, vision, None
-    )
+    ToolOutputFitter(
+        ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": None}
+    ).fit_image_outputs(unlimited, vision, None)
     assert [part["type"] for part in unlimited[0]["content"]] == ["image"] * 3
+
+
+def test_the_text_beside_a_tool_outputs_images_is_cut_to_what_they_leave():
+    """A 1,296-pad figure and ~8,000 tokens of text in an output of at most 1,400 tokens: the figure is shown,
+    the text cut (head + tail around the marker) to the 104 tokens it leaves; a refused image's line is kept
+    whole."""
+    from slime_strands.provider.model_stats import ModelStats
+    from slime_strands.provider.tool_output import ToolOutputFitter
+
+    vision, tokenizer = vl_vision(QWEN25_VL), vl_tokenizer(QWEN25_VL)
+    large = image_block(png(1000, 1000))["image"]
+    text = " ".join(str(i % 97) for i in range(4000))
+    message = {"role": "tool", "content": [{"type": "text", "text": text}, *_images(large, large)]}
+    stats = ModelStats()
+    ToolOutputFitter(ChatRenderer(tokenizer), {"max_tool_output_tokens": 1400}).fit_image_outputs(
+        [message], vision, stats
+    )
+    cut, shown, refused = message["content"]
+    assert shown["type"] == "image" and refused["text"].startswith("\n[image not shown: its 1296 tokens")
+    assert "tokens of tool output truncated" in cut["text"] and cut["text"].startswith("0 1 2")
+    assert len(tokenizer.encode(cut["text"], add_special_tokens=False)) <= 104 + 2
+    assert stats.tool_outputs_truncated == 2  # the refused image, the cut text
 
 
 def _images(*blocks):
