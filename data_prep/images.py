@@ -51,18 +51,21 @@ def _bytes_of(item: Any) -> bytes:
         out = io.BytesIO()
         item.save(out, format="PNG")
         return out.getvalue()
-    if isinstance(item, str):
-        if os.path.isabs(item):
+    if isinstance(
+        item, str
+    ):  # a data URI's payload, or base64 (a JPEG's starts "/9j/"), unless a file is there
+        payload = item.partition(",")[2] if item.startswith("data:") else item
+        if payload is item and os.path.isabs(item) and os.path.isfile(item):
             try:
                 with open(item, "rb") as handle:
                     return handle.read()
             except OSError as exc:
                 raise ImageRowError(f"cannot read the image file {item!r}: {exc}") from exc
         try:
-            return base64.b64decode(item, validate=True)
+            return base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise ImageRowError(
-                f"an image string is neither a data URI, base64 nor an absolute path: {item[:40]!r}"
+                f"an image string is neither a data URI, base64 nor an absolute path to a file: {item[:40]!r}"
             ) from exc
     raise ImageRowError(f"an image is a {type(item).__name__}")
 

@@ -300,13 +300,15 @@ def _split_prompt(prompt: Any, default_system: str) -> tuple[str | None, list[di
 def _blocks(content: Any) -> list[dict[str, Any]]:
     """A chat message's content as Strands content blocks: its text, and each image part (slime's
     ``{"type": "image", "image": <data URI, base64 or absolute path>}``, what ``--multimodal-keys`` makes of a
-    dataset's ``<image>`` placeholders) as an image block, in order."""
+    dataset's ``<image>`` placeholders, with its ``min_pixels`` / ``max_pixels`` when the data gives them) as an
+    image block, in order."""
     if not isinstance(content, list) or not any(_is_image(part) for part in content):
         return [{"text": _text(content)}]
     blocks: list[dict[str, Any]] = []
     for part in content:
         if _is_image(part):
-            blocks.append({"image": image_block(part["image"])})
+            bounds = {key: part[key] for key in ("min_pixels", "max_pixels") if part.get(key) is not None}
+            blocks.append({"image": image_block(part["image"], **bounds)})
         elif isinstance(part, dict) and part.get("text"):
             blocks.append({"text": str(part["text"])})
     return blocks

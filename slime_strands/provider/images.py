@@ -87,18 +87,22 @@ class Vision:
         self.image_token_id = image_token_id
         self.vision_start_id = vision_start_id
         self.vision_end_id = vision_end_id
-        self.placeholder_ids = frozenset(t for t in (image_token_id, video_token_id) if t is not None)
-        """Ids the server fills with vision features (image and video pads): the model must never write one."""
+        self.vision_ids = frozenset(
+            t for t in (image_token_id, video_token_id, vision_start_id, vision_end_id) if t is not None
+        )
+        """Ids only an image brings into a conversation (its pads and the markers around them): the model must
+        never write one."""
         self.merge_size = int(getattr(image_processor, "merge_size", 2) or 2)
 
-    def generated_placeholder(self, output_ids: Sequence[int]) -> int | None:
-        """The first image / video pad among ids the model wrote, or None.
+    def generated_vision_id(self, output_ids: Sequence[int]) -> int | None:
+        """The first of :attr:`vision_ids` among ids the model wrote, or None.
 
-        No image stands behind such a pad: sent back, it makes SGLang count one placeholder more than the
-        images (Qwen2.5-VL answers 400, Qwen3-VL 500), and in a sample it makes slime's VLM trainer count one
-        image token more than the vision features (its forward fails, and the step with it). The pads are
-        stop tokens of every turn, so the server stops on the first one."""
-        return next((t for t in output_ids if t in self.placeholder_ids), None)
+        No image stands behind such a token: a pad sent back makes SGLang count one placeholder more than the
+        images (Qwen2.5-VL answers 400, Qwen3-VL 500); in a sample, a pad makes slime's VLM trainer count one
+        image token more than the vision features, and a ``<|vision_start|>`` that ends a sample makes its
+        M-RoPE positions read past the sequence (either fails its forward, and the step with it). They are stop
+        tokens of every turn, so the server stops on the first one."""
+        return next((t for t in output_ids if t in self.vision_ids), None)
 
     def tokens_of(self, width: int, height: int) -> int:
         """Pads an image of this size expands into: the image processor's patches (after its resize rule) over
@@ -135,8 +139,14 @@ class Vision:
                 f"an image of {size[0]} x {size[1]} pixels is more than {limit:,} pixels: save it smaller "
                 "(the model sees it resized to the processor's largest area anyway)"
             )
+        try:
+            tokens = self.tokens_of(*size)
+        except ValueError as exc:  # the processor's own refusal, e.g. an aspect ratio over 200
+            raise InputError(
+                f"an image of {size[0]} x {size[1]} pixels cannot be processed ({exc}): save it in another shape"
+            ) from exc
         uri = f"data:image/{fmt};base64,{base64.b64encode(data).decode('ascii')}"
-        return TrajectoryImage(uri, self.tokens_of(*size), size)
+        return TrajectoryImage(uri, tokens, size)
 
     def expand(self, ids: Sequence[int], images: Sequence[TrajectoryImage]) -> tuple[list[int], list[int]]:
         """``ids`` with the k-th image pad expanded to ``images[k].tokens`` pads, and where each run starts.
@@ -178,33 +188,43 @@ class Vision:
 
 def image_bytes(reference: str) -> bytes:
     """The bytes of an image as slime's data carries it: a ``data:`` URI, raw base64 or an absolute file path
-    (what SGLang's ``image_data`` accepts too); one clear line for anything else."""
+    (what SGLang's ``image_data`` accepts too); one clear line for anything else. A data URI's payload is
+    base64 whatever it looks like (a JPEG's starts ``/9j/``, an absolute path's shape); a bare string is a file
+    when one exists there, else base64."""
     if reference.startswith("data:"):
-        reference = reference.partition(",")[2]
-    elif reference.startswith("file://"):
-        reference = reference[len("file://") :]
-    if os.path.isabs(reference):
+        return _base64(reference.partition(",")[2], reference)
+    path = reference[len("file://") :] if reference.startswith("file://") else reference
+    if os.path.isabs(path) and (os.path.isfile(path) or reference.startswith("file://")):
         try:
-            with open(reference, "rb") as handle:
+            with open(path, "rb") as handle:
                 return handle.read()
         except OSError as exc:
-            raise InputError(f"cannot read the image file {reference!r}: {exc}") from exc
+            raise InputError(f"cannot read the image file {path!r}: {exc}") from exc
+    return _base64(reference, reference)
+
+
+def _base64(payload: str, reference: str) -> bytes:
     try:
-        return base64.b64decode(reference, validate=True)
+        return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as exc:
+        what = "no file there, and not base64" if os.path.isabs(reference) else "not base64"
         raise InputError(
-            f"an image must be a data URI, base64 or an absolute path, got {reference[:40]!r}...: "
+            f"an image must be a data URI, base64 or an absolute path, got {reference[:40]!r}... ({what}): "
             "write images that way in the data (data_prep does)"
         ) from exc
 
 
-def image_block(reference: Any) -> dict[str, Any]:
+def image_block(
+    reference: Any, *, min_pixels: int | None = None, max_pixels: int | None = None
+) -> dict[str, Any]:
     """A Strands image content (``{"format", "source": {"bytes"}}``) from an image as slime's data carries it
-    (see :func:`image_bytes`; a PIL image is saved as PNG)."""
+    (see :func:`image_bytes`; a PIL image is saved as PNG). ``min_pixels`` / ``max_pixels`` (slime's rich image
+    entries, Qwen-VL's convention): an image whose area is outside them is resized into them, its aspect kept,
+    and sent as that PNG (SGLang and the trainer then both see the resized image)."""
+    if min_pixels is not None or max_pixels is not None:
+        return _within(image_block(reference), min_pixels, max_pixels)
     if hasattr(reference, "save"):  # a PIL image (slime's process_vision_info hands those)
-        out = io.BytesIO()
-        reference.save(out, format="PNG")
-        return {"format": "png", "source": {"bytes": out.getvalue()}}
+        return {"format": "png", "source": {"bytes": _png(reference)}}
     if not isinstance(reference, str):
         raise InputError(
             f"an image must be a data URI, base64, an absolute path or a PIL image, got {type(reference).__name__}"
@@ -228,6 +248,33 @@ def image_block(reference: Any) -> dict[str, Any]:
             f"an image of the prompt is {Image.MIME.get(str(image.format))}: use png, jpeg, gif or webp"
         )
     return {"format": fmt, "source": {"bytes": data}}
+
+
+def _within(block: dict[str, Any], min_pixels: int | None, max_pixels: int | None) -> dict[str, Any]:
+    """``block`` resized so that its area is within ``[min_pixels, max_pixels]`` (its aspect kept), as a PNG."""
+    from PIL import Image
+
+    for name, bound in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound <= 0):
+            raise InputError(f"an image entry's {name} must be a positive integer, got {bound!r}")
+    with Image.open(io.BytesIO(block["source"]["bytes"])) as image:
+        area = image.size[0] * image.size[1]
+        target = max_pixels if max_pixels is not None and area > max_pixels else None
+        target = min_pixels if min_pixels is not None and area < min_pixels else target
+        if target is None:
+            return block
+        scale = (target / area) ** 0.5
+        size = (max(1, round(image.size[0] * scale)), max(1, round(image.size[1] * scale)))
+        return {
+            "format": "png",
+            "source": {"bytes": _png(image.convert("RGB").resize(size, Image.Resampling.BICUBIC))},
+        }
+
+
+def _png(image: Any) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
 
 
 def load_vision(model_path: str) -> Vision | None:

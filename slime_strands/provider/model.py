@@ -180,9 +180,9 @@ class SGLangModel(Model):
         self.update_config(params=dict(params if params is not None else sampling_params or {}), **config)
         self._budgets = TurnBudgets(self.config, client)
         self.vision = vision
-        self._stop_ids = (*self._renderer.turn_end_ids, *sorted(vision.placeholder_ids if vision else ()))
-        """Every turn stops on these: the template's turn ends, and a vision model's pads (see
-        :meth:`~slime_strands.provider.images.Vision.generated_placeholder`)."""
+        self._stop_ids = (*self._renderer.turn_end_ids, *sorted(vision.vision_ids if vision else ()))
+        """Every turn stops on these: the template's turn ends, and a vision model's image tokens (see
+        :meth:`~slime_strands.provider.images.Vision.generated_vision_id`)."""
         self._input = InputRenderer(
             self._renderer, ToolOutputFitter(self._renderer, self.config), self._budgets, vision
         )
@@ -377,12 +377,12 @@ class SGLangModel(Model):
         )
         if result.output_ids:
             self.token_manager.add_generation(result.output_ids, result.logprobs, info)
-            pad = self.vision.generated_placeholder(result.output_ids) if self.vision else None
-            if pad is not None:
+            written = self.vision.generated_vision_id(result.output_ids) if self.vision else None
+            if written is not None:
                 raise TrajectoryError(
-                    f"the model wrote {self._renderer.token_text(pad)!r} (id {pad}), a vision placeholder "
-                    "with no image behind it: neither SGLang nor slime's VLM trainer can take the trajectory, "
-                    "so the episode fails (its sample masked, left out of its group)"
+                    f"the model wrote {self._renderer.token_text(written)!r} (id {written}), an image token with "
+                    "no image behind it: neither SGLang nor slime's VLM trainer can take the trajectory, so the "
+                    "episode fails (its sample masked, left out of its group)"
                 )
         self._requests.extend(result.output_ids)
         stats = self.stats

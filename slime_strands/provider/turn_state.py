@@ -26,8 +26,8 @@ __all__ = ["TrajectoryError", "TurnState"]
 
 
 class TrajectoryError(SlimeStrandsError, RuntimeError):
-    """The conversation can no longer be continued token-in/token-out (history edited, turn left open, a vision
-    placeholder the model wrote)."""
+    """The conversation can no longer be continued token-in/token-out (history edited, turn left open, an image
+    token the model wrote)."""
 
 
 @dataclass

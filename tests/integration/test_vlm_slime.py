@@ -155,6 +155,31 @@ async def test_images_for_a_text_checkpoint_stop_the_run_at_the_first_sample(tmp
         assert not server.generate_requests
 
 
+async def test_a_rich_image_entrys_max_and_min_pixels_size_what_the_server_and_the_trainer_see(vl_model):
+    """slime passes rich entries (``{"type": "image", "image": ..., "max_pixels": ...}``, Qwen-VL's convention)
+    through as they are: a 1000 x 1000 figure capped at 200 x 200 pixels, a 20 x 20 one raised to 100 x 100."""
+    family, folder, _, vision, server = vl_model
+    think = "ok</think>\n\n" if family == "qwen3-vl" else ""
+    uris = ["data:image/png;base64," + base64.b64encode(png(n, n, seed=n)).decode() for n in (1000, 20)]
+    content = [
+        {"type": "image", "image": uris[0], "max_pixels": 200 * 200},
+        {"type": "image", "image": uris[1], "min_pixels": 100 * 100},
+        {"type": "text", "text": "Find x."},
+    ]
+    out = await run(
+        server,
+        _args(server, folder),
+        new_sample([{"role": "user", "content": content}]),
+        Turn(think + "x = 3"),
+    )
+    assert out.status == Sample.Status.COMPLETED, out.metadata
+    assert [image.size for image in out.multimodal_inputs["images"]] == [(200, 200), (100, 100)]
+    assert_sample_images(out, vision)
+    assert server.meta_infos[server.generate_requests[0].body["rid"]]["image_tokens"] == sum(
+        vision.tokens_of(n, n) for n in (200, 100)
+    )
+
+
 async def test_a_failed_sample_keeps_the_images_of_the_prompt_it_keeps(vl_model):
     _, folder, _, vision, server = vl_model
     args = _args(server, folder)
@@ -167,26 +192,32 @@ async def test_a_failed_sample_keeps_the_images_of_the_prompt_it_keeps(vl_model)
     ].shape == (1, 3)
 
 
+@pytest.mark.parametrize("written", ["<|image_pad|>", "<|vision_start|>"])
 @pytest.mark.parametrize("after", ["the answer", "a tool call"])
-async def test_a_vision_pad_the_model_writes_fails_its_sample_before_the_server_or_the_trainer_sees_it(
-    vl_model, after
+async def test_an_image_token_the_model_writes_fails_its_sample_before_the_server_or_the_trainer_sees_it(
+    vl_model, after, written
 ):
-    """A pad with no image behind it (a random-weight or drifting model can write one): sent back, SGLang counts
-    one placeholder more than the images; in a sample, slime's VLM trainer one image token more than the
-    features (its forward fails the step). The pads stop every turn; the sample is FAILED, masked."""
+    """An image token with no image behind it (a random-weight or drifting model can write one): a pad sent
+    back makes SGLang count one placeholder more than the images; in a sample, a pad makes slime's VLM trainer
+    count one image token more than the features, a ``<|vision_start|>`` that ends it makes its M-RoPE read
+    past the sequence (either fails the step). They stop every turn; the sample is FAILED, masked."""
     family, folder, tokenizer, vision, server = vl_model
     think = "ok</think>\n\n" if family == "qwen3-vl" else ""
     tail = CALL if after == "a tool call" else "x = 3"
-    written = [
+    token = tokenizer.convert_tokens_to_ids(written)
+    assert token in (IMAGE_PAD, VL_IDS["vision_start_token_id"])
+    ids = [
         *tokenizer.encode(think + "I draw ", add_special_tokens=False),
-        vision.image_token_id,
+        token,
         *tokenizer.encode(tail, add_special_tokens=False),
     ]
-    out = await run(server, _args(server, folder), _sample(), Turn(token_ids=written))
+    out = await run(server, _args(server, folder), _sample(), Turn(token_ids=ids))
     assert out.status == Sample.Status.FAILED and out.remove_sample, out.metadata
-    assert "<|image_pad|>" in out.metadata["strands"]["error"]
-    (request,) = server.generate_requests  # nothing was sent after the pad
-    assert {IMAGE_PAD, VL_IDS["video_token_id"]} <= set(request.body["sampling_params"]["stop_token_ids"])
+    assert written in out.metadata["strands"]["error"]
+    (request,) = server.generate_requests  # nothing was sent after it
+    assert set(VL_IDS.values()) - {VL_IDS["vision_token_id"]} <= set(
+        request.body["sampling_params"]["stop_token_ids"]
+    )
     assert_sample_images(out, vision)  # the prompt's image only: what the trainer can take
     assert list(out.tokens).count(IMAGE_PAD) == out.multimodal_train_inputs["image_grid_thw"].prod() // 4
 

@@ -63,6 +63,9 @@ def test_a_bad_image_is_one_clear_line():
         vision.image(image_block(_huge_png())["image"])  # a few kB claiming 8,000 x 8,000 pixels
     with pytest.raises(InputError, match="data URI, base64 or an absolute path"):
         image_bytes("images/x.png")
+    with pytest.raises(InputError, match="max_pixels must be a positive integer, got 0"):
+        block_of(URI, max_pixels=0)
+    assert block_of(URI, max_pixels=100 * 60, min_pixels=1) == block_of(URI)  # within: the bytes as they are
 
 
 def _huge_png() -> bytes:
@@ -147,6 +150,54 @@ def test_the_text_beside_a_tool_outputs_images_is_cut_to_what_they_leave():
 
 def _images(*blocks):
     return [{"type": "image", "image": block} for block in blocks]
+
+
+def _jpeg(width: int = 40, height: int = 30) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 90)).save(out, format="JPEG")
+    return out.getvalue()
+
+
+def test_a_jpeg_as_a_data_uri_or_raw_base64_is_read_as_base64_not_as_a_path(tmp_path):
+    """A JPEG's base64 starts ``/9j/``, an absolute path's shape: it was opened as a file and every JPEG sample
+    FAILED. A data URI's payload is base64 whatever it looks like; a bare string is a file only where one is;
+    the data_prep reader agrees."""
+    from data_prep.images import image_uri
+
+    data = _jpeg()
+    encoded = base64.b64encode(data).decode()
+    assert encoded.startswith("/9j/")
+    uri = "data:image/jpeg;base64," + encoded
+    assert image_bytes(uri) == image_bytes(encoded) == data
+    assert block_of(uri) == {"format": "jpeg", "source": {"bytes": data}}
+    image = vl_vision(QWEN25_VL).image(block_of(encoded))
+    assert image.pil().size == (40, 30) and image_bytes(image.data_uri) == data
+    assert image_uri(encoded) == uri
+    path = tmp_path / "figure.jpg"
+    path.write_bytes(data)
+    assert image_bytes(str(path)) == image_bytes(f"file://{path}") == data
+    with pytest.raises(InputError, match="no file there, and not base64"):
+        image_bytes(str(tmp_path / "missing.png"))
+
+
+def test_an_image_the_processor_refuses_is_one_clear_line_and_a_tool_outputs_line():
+    """Qwen's processor refuses an aspect ratio over 200 with a bare ValueError: an image block says why, and a
+    tool output's figure is named as not shown (the episode goes on), never a failed episode."""
+    from slime_strands.provider.tool_output import ToolOutputFitter
+
+    vision = vl_vision(QWEN3_VL)
+    strip = image_block(png(1000, 4))["image"]
+    with pytest.raises(InputError, match=r"1000 x 4 pixels cannot be processed .*aspect ratio"):
+        vision.image(strip)
+    message = {"role": "tool", "content": [{"type": "text", "text": "plotted"}, *_images(strip)]}
+    ToolOutputFitter(
+        ChatRenderer(vl_tokenizer(QWEN3_VL)), {"max_tool_output_tokens": 4096}
+    ).fit_image_outputs([message], vision, None)
+    assert message["content"].startswith("plotted\n\n[image not shown: an image of 1000 x 4 pixels cannot be")
 
 
 def test_slime_image_references_become_strands_image_blocks(tmp_path):
