@@ -28,7 +28,7 @@ from strands.hooks import AfterToolCallEvent, AfterToolsEvent, BeforeToolsEvent,
 from strands.middleware import ExecuteToolStage
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, InputError
 from ..provider.abort_signal import AbortSignal
 from ..provider.checkpoint import MalformedCheckpointError
 from ..provider.client import SGLangClient, SGLangError
@@ -301,7 +301,14 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     """A chat message's content as Strands content blocks: its text, and each image part (slime's
     ``{"type": "image", "image": <data URI, base64 or absolute path>}``, what ``--multimodal-keys`` makes of a
     dataset's ``<image>`` placeholders, with its ``min_pixels`` / ``max_pixels`` when the data gives them) as an
-    image block, in order."""
+    image block, in order. A part the agent cannot show (a video, an ``image_url``) is an InputError naming it:
+    dropped, the prompt would silently lose what the data gave."""
+    kind = next(filter(None, map(_unshown, content)), None) if isinstance(content, list) else None
+    if kind is not None:
+        raise InputError(
+            f"a prompt part of type {kind!r} cannot be shown to the model (videos and image URLs are not "
+            "supported): give images as data URIs, base64 or absolute paths, or drop the part"
+        )
     if not isinstance(content, list) or not any(_is_image(part) for part in content):
         return [{"text": _text(content)}]
     blocks: list[dict[str, Any]] = []
@@ -312,6 +319,18 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
         elif isinstance(part, dict) and part.get("text"):
             blocks.append({"text": str(part["text"])})
     return blocks
+
+
+_UNSHOWN = frozenset({"video", "image_url", "video_url", "audio"})
+"""Content part types (and keys) of OpenAI / slime prompts that no Strands block here carries."""
+
+
+def _unshown(part: Any) -> str | None:
+    """The kind of a content part no block here carries (its ``type``, else its key), or None."""
+    if not isinstance(part, dict) or "image" in part or "text" in part:
+        return None
+    kind = part.get("type")
+    return kind if kind in _UNSHOWN else next(iter(sorted(_UNSHOWN & set(part))), None)
 
 
 def _is_image(part: Any) -> bool:

@@ -180,6 +180,25 @@ async def test_a_rich_image_entrys_max_and_min_pixels_size_what_the_server_and_t
     )
 
 
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "video", "video": "/data/clip.mp4"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/x.png"}},
+    ],
+    ids=["video", "image_url"],
+)
+async def test_a_prompt_part_the_agent_cannot_show_fails_its_sample_by_name_never_silently_dropped(
+    vl_model, part
+):
+    _, folder, _, _, server = vl_model
+    content = [part, {"type": "text", "text": "Find x."}]
+    out = await run(server, _args(server, folder), new_sample([{"role": "user", "content": content}]))
+    assert out.status == Sample.Status.FAILED, out.metadata
+    assert f"a prompt part of type {part['type']!r} cannot be shown" in out.metadata["strands"]["error"]
+    assert not server.generate_requests
+
+
 async def test_a_failed_sample_keeps_the_images_of_the_prompt_it_keeps(vl_model):
     _, folder, _, vision, server = vl_model
     args = _args(server, folder)
