@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError, InputError
+from ..strict_reader import is_int
 
 __all__ = ["ImagePlacement", "TrajectoryImage", "Vision", "image_block", "image_bytes", "load_vision"]
 
@@ -255,7 +256,7 @@ def _within(block: dict[str, Any], min_pixels: int | None, max_pixels: int | Non
     from PIL import Image
 
     for name, bound in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
-        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound <= 0):
+        if bound is not None and not (is_int(bound) and bound > 0):
             raise InputError(f"an image entry's {name} must be a positive integer, got {bound!r}")
     with Image.open(io.BytesIO(block["source"]["bytes"])) as image:
         area = image.size[0] * image.size[1]
