@@ -6,8 +6,9 @@ nothing of it outlived train.py).
     python scripts/slime_cpu/record_ray_state.py OUT.json     # RAY_ADDRESS: the private head (GCS address)
 
 Ray's state API (``ray.util.state``, served by the head's dashboard) answers. The script first waits, bounded by
-``--wait-s``, until no actor is alive any more (Ray kills a driver's actors, and theirs, when it exits: that takes
-a moment) and no sandbox process is left; whatever is still alive then is recorded as such. The file holds:
+``--wait-s``, until no actor is alive any more and no actor's process is left (Ray kills a driver's actors, and
+theirs, when it exits: that takes a moment, and it marks an actor DEAD before its process is gone) and no sandbox
+process is left; whatever is still alive then is recorded as such. The file holds:
 
 * ``actors``: every actor the cluster had (class, state, pid, job, resources, death cause), and whether its
   process still exists;
@@ -102,7 +103,10 @@ def main() -> int:
     deadline = time.monotonic() + args.wait_s
     while True:
         actors, processes = _actors(), _sandbox_processes()
-        left = [a["class_name"] for a in actors if a["state"] == "ALIVE"] + [str(p["pid"]) for p in processes]
+        # Ray marks an actor DEAD before its process has exited (under load, a moment later): wait for both.
+        left = [a["class_name"] for a in actors if a["state"] == "ALIVE" or a["process_alive"]] + [
+            str(p["pid"]) for p in processes
+        ]
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(1.0)

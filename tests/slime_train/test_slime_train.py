@@ -249,13 +249,17 @@ def test_the_sandbox_pool_started_inside_slimes_ray_cluster(smoke: SmokeRun) -> 
 
 def test_the_models_programs_ran_on_the_pools_workers(smoke: SmokeRun) -> None:
     """Ray's record of the workers' ``run`` calls: each on one of the pool's workers, and at least one finished
-    call per tool response the saved samples hold (more ran: episodes slime aborted, over-sampled groups)."""
+    call per tool response the saved samples hold (more ran: episodes slime aborted, over-sampled groups).
+
+    Ray's task events are best effort: under load one may be dropped, and a finished call then has no worker pid
+    in the record (seen once in CI). A pid that is there must be its worker's; most calls have one."""
     workers = {w.actor_id: w.pid for w in _pool_workers(smoke)}
     runs = smoke.ray.runs
     assert runs, "Ray recorded no execution on the pool"
     for run in runs:
-        assert workers.get(run["actor_id"]) == run["worker_pid"], run
-    finished = Counter(run["worker_pid"] for run in runs if run["state"] == "FINISHED")
+        assert run["actor_id"] in workers and run["worker_pid"] in (None, workers[run["actor_id"]]), run
+    assert sum(run["worker_pid"] is not None for run in runs) * 2 > len(runs), runs
+    finished = Counter(run["actor_id"] for run in runs if run["state"] == "FINISHED")
     responses = sum(s.response.count("<tool_response>") for s in smoke.every_sample())
     assert responses > 0
     assert sum(finished.values()) >= responses, (finished, responses)
