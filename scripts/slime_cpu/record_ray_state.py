@@ -6,9 +6,9 @@ nothing of it outlived train.py).
     python scripts/slime_cpu/record_ray_state.py OUT.json     # RAY_ADDRESS: the private head (GCS address)
 
 Ray's state API (``ray.util.state``, served by the head's dashboard) answers. The script first waits, bounded by
-``--wait-s``, until no actor is alive any more and no actor's process is left (Ray kills a driver's actors, and
-theirs, when it exits: that takes a moment, and it marks an actor DEAD before its process is gone) and no sandbox
-process is left; whatever is still alive then is recorded as such. The file holds:
+``--wait-s``, until no actor is alive any more and no pool worker's process is left (Ray kills a driver's actors,
+and theirs, when it exits: that takes a moment, and it marks an actor DEAD before its process is gone) and no
+sandbox process is left; whatever is still alive then is recorded as such. The file holds:
 
 * ``actors``: every actor the cluster had (class, state, pid, job, resources, death cause), and whether its
   process still exists;
@@ -30,7 +30,8 @@ from typing import Any
 
 from ray.util.state import list_actors, list_tasks
 
-_RUN_TASK = "SandboxWorker.run"
+_WORKER = "SandboxWorker"
+_RUN_TASK = f"{_WORKER}.run"
 _LIMIT = 10_000  # the state API's own most; more raises (raise_on_missing_output) instead of truncating
 
 
@@ -103,10 +104,12 @@ def main() -> int:
     deadline = time.monotonic() + args.wait_s
     while True:
         actors, processes = _actors(), _sandbox_processes()
-        # Ray marks an actor DEAD before its process has exited (under load, a moment later): wait for both.
-        left = [a["class_name"] for a in actors if a["state"] == "ALIVE" or a["process_alive"]] + [
-            str(p["pid"]) for p in processes
-        ]
+        # Ray marks an actor DEAD before its process has exited: wait for the pool workers' processes too.
+        left = [
+            a["class_name"]
+            for a in actors
+            if a["state"] == "ALIVE" or (a["class_name"] == _WORKER and a["process_alive"])
+        ] + [str(p["pid"]) for p in processes]
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(1.0)
