@@ -108,8 +108,27 @@ smoke_cleanup() {
         SMOKE_SERVE_PID=""
     fi
     [ "${#pids[@]}" = 0 ] || wait "${pids[@]}" || true
-    [ -z "${SMOKE_RAY_TMP}" ] || rm -rf "${SMOKE_RAY_TMP}"
+    if [ -n "${SMOKE_RAY_TMP}" ]; then
+        smoke_kill_leftovers "RAY_AUTH_TOKEN_PATH=${SMOKE_RAY_TMP}/token"
+        rm -rf "${SMOKE_RAY_TMP}"
+    fi
     return "$rc"
+}
+
+# A Ray worker stuck on its way out (seen: slime's MegatronTrainRayActor in a futex wait, reparented to init)
+# leaves the head's process group and survives it. Every process of this run's private cluster inherited its
+# token path ($1, unique per run): whatever still carries it once everything stopped is killed, and named.
+smoke_kill_leftovers() { # environment entry
+    local entry pid
+    for entry in /proc/[0-9]*/environ; do
+        pid="${entry#/proc/}"
+        pid="${pid%/environ}"
+        [ "${pid}" != "$$" ] || continue
+        if tr '\0' '\n' 2>/dev/null <"${entry}" | grep -qxF -- "$1"; then
+            ss_warn "killing a process of the run's Ray cluster that outlived it: ${pid} ($(tr '\0' ' ' 2>/dev/null <"/proc/${pid}/cmdline"))"
+            kill -KILL "${pid}" 2>/dev/null || true
+        fi
+    done
 }
 
 # ---------------------------------------------------------------------------------------------
