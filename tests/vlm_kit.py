@@ -52,6 +52,18 @@ def vl_tokenizer(family: VLFamily) -> Any:
     return tokenizer
 
 
+def vl_checkpoint(folder: Path) -> tuple[Any, Vision]:
+    """The tokenizer and the :class:`Vision` of a Qwen-VL checkpoint folder (``tiny_vl_model``'s), loaded as the
+    plugin loads them (transformers imported here, not when a test module is collected)."""
+    from transformers import AutoTokenizer
+
+    from slime_strands.provider.images import load_vision
+
+    vision = load_vision(str(folder))
+    assert vision is not None, f"{folder} is no vision-language checkpoint"
+    return AutoTokenizer.from_pretrained(str(folder)), vision
+
+
 def vl_vision(family: VLFamily) -> Vision:
     """The family's image token ids and its real transformers image processor."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil

@@ -10,11 +10,9 @@ import json
 import pytest
 from cli_helpers import call, check_row, error_line, eval_argv, read_rows, run_cli, write_config, write_data
 from real_sglang.tiny_vl_model import make_tiny_vl_model
-from transformers import AutoTokenizer
-from vlm_kit import png
+from vlm_kit import png, vl_checkpoint
 
 from slime_strands.cli import main
-from slime_strands.provider.images import load_vision
 from slime_strands.testing import SGLangTestServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -22,7 +20,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_eval_runs_an_image_dataset_and_inspect_shows_its_images(tmp_path, capsys):
     folder = make_tiny_vl_model(tmp_path / "qwen2.5-vl", "qwen2.5-vl")
-    tokenizer, vision = AutoTokenizer.from_pretrained(str(folder)), load_vision(str(folder))
+    tokenizer, vision = vl_checkpoint(folder)
     figure_uri = "data:image/png;base64," + base64.b64encode(png(100, 60, seed=5)).decode()
     row = {"prompt": [{"role": "user", "content": "<image>Find x."}], "label": "3", "images": [figure_uri]}
     data = write_data(tmp_path / "geo3k.jsonl", [row])
@@ -58,7 +56,7 @@ def test_the_prompt_check_counts_each_image_as_its_pads_to_the_token(tmp_path, c
     """A row whose text is short and whose figure is large: with room for one generated token it runs (cut by
     the window), one token less is refused before any request, its line named with the expanded count."""
     folder = make_tiny_vl_model(tmp_path / "qwen2.5-vl", "qwen2.5-vl")
-    tokenizer, vision = AutoTokenizer.from_pretrained(str(folder)), load_vision(str(folder))
+    tokenizer, vision = vl_checkpoint(folder)
     figure = png(560, 560, seed=6)
     pads = vision.tokens_of(560, 560)
     assert pads == 400  # (560 / 14)^2 patches over 2x2
@@ -103,7 +101,7 @@ def test_the_prompt_check_counts_each_image_as_its_pads_to_the_token(tmp_path, c
 
 def test_a_row_whose_image_cannot_be_read_is_named_before_any_request(tmp_path, capsys):
     folder = make_tiny_vl_model(tmp_path / "qwen2.5-vl", "qwen2.5-vl")
-    tokenizer, vision = AutoTokenizer.from_pretrained(str(folder)), load_vision(str(folder))
+    tokenizer, vision = vl_checkpoint(folder)
     good = "data:image/png;base64," + base64.b64encode(png(32, 32)).decode()
     broken = "data:image/png;base64," + base64.b64encode(b"not a png").decode()
     rows = [

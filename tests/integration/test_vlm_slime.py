@@ -10,8 +10,7 @@ import base64
 import pytest
 from real_sglang.tiny_vl_model import VL_IDS, make_tiny_vl_model
 from slime_helpers import Sample, make_args, new_sample, run
-from transformers import AutoTokenizer
-from vlm_kit import IMAGE_PAD, png
+from vlm_kit import IMAGE_PAD, png, vl_checkpoint
 
 from slime_strands.provider.checkpoint import (
     TrajectoryCheckpoint,
@@ -19,7 +18,6 @@ from slime_strands.provider.checkpoint import (
     read_trajectory,
     trajectory_data,
 )
-from slime_strands.provider.images import load_vision
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 from slime_strands.testing.invariants import assert_sample_images, assert_trajectory_invariants
 
@@ -33,7 +31,7 @@ PATCH_WIDTH = {"qwen2.5-vl": 3 * 2 * 14 * 14, "qwen3-vl": 3 * 2 * 16 * 16}
 @pytest.fixture(params=["qwen2.5-vl", "qwen3-vl"])
 def vl_model(request, tmp_path):
     folder = make_tiny_vl_model(tmp_path / request.param, request.param)
-    tokenizer, vision = AutoTokenizer.from_pretrained(str(folder)), load_vision(str(folder))
+    tokenizer, vision = vl_checkpoint(folder)
     with SGLangTestServer(tokenizer, vision=vision) as server:
         yield request.param, folder, tokenizer, vision, server
 
@@ -135,14 +133,11 @@ async def test_the_python_tool_shows_the_figure_the_code_saved_and_names_those_i
 
 
 @pytest.mark.parametrize("through", ["the data", "sandbox.return_figures"])
-async def test_images_for_a_text_checkpoint_stop_the_run_at_the_first_sample(tmp_path, through):
+async def test_images_for_a_text_checkpoint_stop_the_run_at_the_first_sample(tokenizer, through):
     """Every episode would fail the same way: a configuration error, raised to slime at once (not one FAILED
     sample after another)."""
-    from tokenizer_kit import qwen3_tokenizer_path
-
     from slime_strands.errors import ConfigurationError
 
-    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_path())
     strands = (
         {"tools": ["slime_strands.sandbox.execute_python_code"], "sandbox": {"return_figures": True}}
         if through == "sandbox.return_figures"
@@ -308,7 +303,7 @@ async def test_a_compacted_image_episode_fans_out_each_sample_with_its_own_image
     each segment is a sample holding exactly the images of its own tokens (the pinned prompt's figure re-rendered
     in every later segment), as slime's VLM trainer checks them."""
     folder = make_tiny_vl_model(tmp_path / "qwen2.5-vl", "qwen2.5-vl")
-    tokenizer, vision = AutoTokenizer.from_pretrained(str(folder)), load_vision(str(folder))
+    tokenizer, vision = vl_checkpoint(folder)
     with SGLangTestServer(tokenizer, vision=vision, context_length=640) as server:
         args = make_args(
             server,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from strands import Agent, tool
-from transformers import AutoTokenizer
+from vlm_kit import vl_checkpoint
 
 from real_sglang.real_helpers import literal
 from real_sglang.recording_proxy import RecordingProxy
@@ -19,7 +19,6 @@ from real_sglang.server_process import SGLangServerProcess
 from real_sglang.server_setup import server_python
 from real_sglang.tiny_vl_model import make_tiny_vl_model
 from slime_strands import SGLangClient, SGLangModel
-from slime_strands.provider.images import load_vision
 from slime_strands.testing.invariants import assert_trajectory_invariants
 
 pytestmark = [pytest.mark.real_sglang, pytest.mark.timeout(900)]
@@ -40,7 +39,7 @@ async def test_a_geometry_episode_with_images_on_the_real_server(vl_server):
     from vlm_kit import image_block, png
 
     folder, base_url = vl_server
-    tokenizer, vision = AutoTokenizer.from_pretrained(str(folder)), load_vision(str(folder))
+    tokenizer, vision = vl_checkpoint(folder)
     greedy = {"max_new_tokens": 64, "temperature": 0.0}
     figure = png(64, 64, seed=7)
 

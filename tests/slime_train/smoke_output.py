@@ -17,8 +17,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from slime_strands.agent.record import EpisodeRecord
 from slime_strands.settings import PluginSettings
 from slime_strands.testing.slime_types import Sample
@@ -179,6 +177,8 @@ class SmokeRun:
 
     @classmethod
     def load(cls, out: Path) -> SmokeRun:
+        import torch  # here, not at collection: it takes a second
+
         config = json.loads((out / "smoke.json").read_text())
         train: dict[int, list[Sample]] = {}
         evals: dict[int, list[Sample]] = {}

@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-from tokenizer_kit import qwen3_tokenizer_path
-from transformers import AutoTokenizer
 from vlm_kit import IMAGE_PAD, QWEN3_VL, QWEN25_VL, VL_FAMILIES, image_block, png, vl_tokenizer, vl_vision
 
 from slime_strands import SGLangModel
@@ -241,7 +239,6 @@ def test_the_template_check_refuses_images_numbered_across_the_conversation(fami
         )
 
 
-def test_the_template_check_refuses_a_text_template_for_a_vision_model():
-    tokenizer = AutoTokenizer.from_pretrained(qwen3_tokenizer_path())
+def test_the_template_check_refuses_a_text_template_for_a_vision_model(tokenizer):
     with pytest.raises(TemplateError, match="cannot render images"):
         ChatRenderer(tokenizer).check_images("<|image_pad|>")

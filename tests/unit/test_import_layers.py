@@ -28,6 +28,8 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]  # tests/unit/ -> the repository
 IMPORT_ROOTS = ("", "tests", "tests/sandbox", "scripts/real_sglang/import_stub")
 """The folders a module is imported from, relative to the repository (the nearest one names a file)."""
@@ -268,18 +270,22 @@ def _lines(items: Iterable[object]) -> str:
 
 # -- the tests -------------------------------------------------------------------------------------------
 
-MODULES = modules_of(ROOT)
+
+@pytest.fixture(scope="module")
+def repo() -> dict[str, Module]:
+    """Every module of the repository, read once per run of this file (not when it is collected)."""
+    return modules_of(ROOT)
 
 
-def test_the_whole_repository_is_read():
-    keys = {m.layer_key.partition(".")[0] for m in MODULES.values()}
+def test_the_whole_repository_is_read(repo):
+    keys = {m.layer_key.partition(".")[0] for m in repo.values()}
     assert {"slime_strands", "data_prep", "tests", "benchmarks", "scripts"} <= keys
-    assert "data_prep.prepare" in MODULES and "helpers" in MODULES and "real_sglang.server_process" in MODULES
+    assert "data_prep.prepare" in repo and "helpers" in repo and "real_sglang.server_process" in repo
 
 
-def test_every_module_is_in_a_layer():
+def test_every_module_is_in_a_layer(repo):
     undeclared = []
-    for module in MODULES.values():
+    for module in repo.values():
         try:
             layer_of(module.layer_key)
         except KeyError:
@@ -287,35 +293,35 @@ def test_every_module_is_in_a_layer():
     assert undeclared == [], "declare each module's layer in LAYERS"
 
 
-def test_no_import_points_up_a_layer():
-    arrows = upward_arrows(MODULES)
+def test_no_import_points_up_a_layer(repo):
+    arrows = upward_arrows(repo)
     assert arrows == [], "imports that point up a layer:\n" + _lines(
         f"{a} (layer {low} imports layer {high})" for a, low, high in arrows
     )
 
 
-def test_no_modules_import_each_other_in_a_loop():
-    loops = import_loops(MODULES)
+def test_no_modules_import_each_other_in_a_loop(repo):
+    loops = import_loops(repo)
     assert loops == [], "modules that import each other (at once or through others):\n" + _lines(
         " <-> ".join(loop) for loop in loops
     )
 
 
-def test_nothing_in_the_package_imports_testing():
+def test_nothing_in_the_package_imports_testing(repo):
     users = [
         arrow
-        for module in MODULES.values()
+        for module in repo.values()
         if module.name.startswith(("slime_strands", "data_prep"))
-        for arrow in imports_of(module, MODULES)
+        for arrow in imports_of(module, repo)
         if arrow.target.startswith("slime_strands.testing")
         and not arrow.source.startswith("slime_strands.testing")
     ]
     assert users == [], "slime_strands.testing is for tests and users:\n" + _lines(users)
 
 
-def test_only_the_slime_boundary_takes_slimes_args():
+def test_only_the_slime_boundary_takes_slimes_args(repo):
     """slime's namespace is read once, in ``_slime/`` (``SlimeConfig``); below the hooks nothing takes it."""
-    takers = takers_of_slime_args(MODULES)
+    takers = takers_of_slime_args(repo)
     assert takers == [], "functions that take slime's args outside _slime/ and the hooks:\n" + _lines(takers)
 
 
