@@ -82,11 +82,16 @@ def qwen3_tokenizer_folder() -> Path:
 
 def make_tiny_model(out: str | Path, *, moe: bool = False) -> Path:
     """Write the model folder at ``out`` (created; files already there are replaced) and return it."""
+    return write_model_folder(out, dict(_QWEN3_MOE if moe else _QWEN3))
+
+
+def write_model_folder(out: str | Path, config: dict[str, Any]) -> Path:
+    """A Qwen3-vocabulary model folder at ``out`` (created): ``config``, the generation config (greedy, the
+    Qwen3 end ids) and the real tokenizer files; returns it."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    config: dict[str, Any] = dict(_QWEN3_MOE if moe else _QWEN3)
-    _write_json(folder / "config.json", config)
-    _write_json(
+    write_json(folder / "config.json", config)
+    write_json(
         folder / "generation_config.json",
         {"bos_token_id": END_OF_TEXT, "eos_token_id": [IM_END, END_OF_TEXT], "do_sample": False},
     )
@@ -96,7 +101,7 @@ def make_tiny_model(out: str | Path, *, moe: bool = False) -> Path:
     return folder
 
 
-def _write_json(path: Path, value: Any) -> None:
+def write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n")
 
 

@@ -12,12 +12,11 @@ template (``chat_template.jinja``, a public copy in ``tests/families/templates``
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from real_sglang.tiny_model import END_OF_TEXT, IM_END, qwen3_tokenizer_folder
+from real_sglang.tiny_model import END_OF_TEXT, IM_END, write_json, write_model_folder
 
 __all__ = ["PREPROCESSORS", "VL_IDS", "make_tiny_vl_model"]
 
@@ -119,23 +118,10 @@ def make_tiny_vl_model(out: str | Path, family: str) -> Path:
     """Write the ``family`` (``qwen2.5-vl`` or ``qwen3-vl``) model folder at ``out`` (created) and return it."""
     if family not in PREPROCESSORS:
         raise ValueError(f"family must be one of {sorted(PREPROCESSORS)}, got {family!r}")
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    _write_json(folder / "config.json", _config(family))
-    _write_json(folder / "preprocessor_config.json", PREPROCESSORS[family])
-    _write_json(
-        folder / "generation_config.json",
-        {"bos_token_id": END_OF_TEXT, "eos_token_id": [IM_END, END_OF_TEXT], "do_sample": False},
-    )
-    source = qwen3_tokenizer_folder()
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
-        shutil.copyfile(source / name, folder / name)
+    folder = write_model_folder(out, _config(family))
+    write_json(folder / "preprocessor_config.json", PREPROCESSORS[family])
     shutil.copyfile(_TEMPLATES / TEMPLATE_FILES[family], folder / "chat_template.jinja")
     return folder
-
-
-def _write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, indent=2) + "\n")
 
 
 def main() -> None:
