@@ -14,7 +14,7 @@ import numpy as np
 
 from ..provider.token_manager import TokenManager, collapse_images
 from .server import RecordedRequest, SGLangTestServer
-from .sglang_images import ExpandedImages, expand_images
+from .sglang_images import ExpandedImages, expand_images, pad_runs
 
 __all__ = [
     "assert_batch_convertible",
@@ -270,16 +270,7 @@ def assert_sample_images(sample: Any, vision: Any) -> None:
     unused), and that ``multimodal_inputs`` holds the same images: ``vision`` is the model's
     :class:`~slime_strands.provider.images.Vision`."""
     tokens = list(sample.tokens)
-    runs: list[tuple[int, int]] = []
-    i = 0
-    while i < len(tokens):
-        if tokens[i] == vision.image_token_id:
-            start = i
-            while i < len(tokens) and tokens[i] == vision.image_token_id:
-                i += 1
-            runs.append((start, i - start))
-        else:
-            i += 1
+    runs = pad_runs(tokens, vision.image_token_id)
     inputs, train = sample.multimodal_inputs, sample.multimodal_train_inputs
     if not runs:
         assert not (inputs and inputs.get("images")) and train is None, (

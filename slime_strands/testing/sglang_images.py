@@ -22,13 +22,13 @@ an image: a client must never send those.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..provider.images import Vision, image_bytes
 
-__all__ = ["ExpandedImages", "expand_images"]
+__all__ = ["ExpandedImages", "expand_images", "pad_runs"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def expand_images(body: Mapping[str, Any], vision: Vision | None) -> ExpandedIma
     if vision is None:
         return "image_data sent to a text model (the stand-in was started without vision=)"
     images = images if isinstance(images, list) else [images]
-    runs = _pad_runs(ids, vision)
+    runs = pad_runs(ids, vision.image_token_id)
     if any(length > 1 for _, length in runs):
         return (
             "image pads sent already expanded: the real Qwen2.5-VL server hangs on the request and Qwen3-VL's "
@@ -77,15 +77,15 @@ def expand_images(body: Mapping[str, Any], vision: Vision | None) -> ExpandedIma
     return ExpandedImages(out, sum(counts))
 
 
-def _pad_runs(ids: list[int], vision: Vision) -> list[tuple[int, int]]:
-    """(start, length) of each run of image pads (a bare pad outside vision_start / vision_end included: the
-    client must not send one either)."""
+def pad_runs(ids: Sequence[int], image_token_id: int) -> list[tuple[int, int]]:
+    """(start, length) of each run of image pads in ``ids`` (a bare pad outside vision_start / vision_end
+    included: the client must not send one either, and slime's trainer counts it)."""
     runs: list[tuple[int, int]] = []
     i = 0
     while i < len(ids):
-        if ids[i] == vision.image_token_id:
+        if ids[i] == image_token_id:
             start = i
-            while i < len(ids) and ids[i] == vision.image_token_id:
+            while i < len(ids) and ids[i] == image_token_id:
                 i += 1
             runs.append((start, i - start))
         else:
