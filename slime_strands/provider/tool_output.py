@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..template.render import ChatRenderer
-from .images import Vision
+from .images import TrajectoryImage, Vision
 from .model_stats import ModelStats
 
 __all__ = ["ToolOutputFitter"]
@@ -39,7 +39,7 @@ class ToolOutputFitter:
 
     def fit_image_outputs(
         self, template_messages: list[dict[str, Any]], vision: Vision | None, stats: ModelStats | None
-    ) -> None:
+    ) -> dict[int, TrajectoryImage]:
         """Fit, in place, each tool output that holds images. An image the model cannot be shown is replaced by
         a line saying why: one that is no image, a decompression bomb or far too large (what model-written code
         may save), and one whose pads would take the output past ``max_tool_output_tokens`` (each image in
@@ -47,9 +47,10 @@ class ToolOutputFitter:
         goes on with the output, as with any tool error. The text beside the images shown is cut to what they
         leave of the limit (shared evenly by its parts). An image of a user message is the data's and stays (an
         unusable one fails the sample with its reason). An output left without images is text again (cut like
-        any)."""
+        any). Returns the images shown, by ``id()`` of their image block (the render reads each image once)."""
+        shown: dict[int, TrajectoryImage] = {}
         if vision is None:
-            return
+            return shown
         limit = self._config["max_tool_output_tokens"]
         for message in template_messages:
             if message["role"] != "tool" or not isinstance(message["content"], list):
@@ -60,12 +61,14 @@ class ToolOutputFitter:
                 if part.get("type") != "image":
                     continue
                 try:
-                    tokens = vision.image(part["image"]).tokens
+                    image = vision.image(part["image"])
                 except InputError as exc:
                     parts[i] = _not_shown(str(exc))
                     continue
+                tokens = image.tokens
                 if left is None or tokens <= left:
                     left = None if left is None else left - tokens
+                    shown[id(part["image"])] = image
                     continue
                 parts[i] = _not_shown(
                     f"its {tokens} tokens would take the output past the {limit} a tool output may hold "
@@ -77,6 +80,7 @@ class ToolOutputFitter:
                 message["content"] = "\n".join(part["text"] for part in parts)
             elif left is not None and texts:
                 self._cut_texts(texts, max(left // len(texts), _MIN_TRUNCATED_TOOL_TOKENS), stats)
+        return shown
 
     def _cut_texts(self, texts: list[dict[str, Any]], limit: int, stats: ModelStats | None) -> None:
         """Cut each text part (``{"type": "text", "text"}``) to ``limit`` tokens, in place."""

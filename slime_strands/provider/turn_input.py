@@ -98,8 +98,8 @@ class InputRenderer:
     ) -> tuple[str, list[int], list[ImagePlacement]]:
         renderer = self._renderer
         template_messages = to_template_messages(messages, tool_ids=state.template_ids)
-        self._fitter.fit_image_outputs(template_messages, self._vision, stats=None)
-        images = self._images(template_messages)
+        shown = self._fitter.fit_image_outputs(template_messages, self._vision, stats=None)
+        images = self._images(template_messages, shown)
         # A compacted history re-rendered as a new segment's prompt: its tool outputs as they were cut before,
         # and shrunk when they do not fit the new segment either.
         tool_msgs = _text_tool_messages(template_messages)
@@ -113,10 +113,13 @@ class InputRenderer:
             ids = renderer.encode(text)
         return (text, *self._expand(ids, images))
 
-    def _images(self, template_messages: list[dict[str, Any]]) -> list[TrajectoryImage]:
-        """The images the messages show, in the order the template renders them (an unusable image of a user
-        message: InputError with the reason). An image for a model without an image processor is a
-        ConfigurationError: every episode that holds one would fail the same way."""
+    def _images(
+        self, template_messages: list[dict[str, Any]], shown: dict[int, TrajectoryImage]
+    ) -> list[TrajectoryImage]:
+        """The images the messages show, in the order the template renders them (``shown``: the tool outputs'
+        images already read, by ``id()`` of their block; an unusable image of a user message: InputError with
+        the reason). An image for a model without an image processor is a ConfigurationError: every episode that
+        holds one would fail the same way."""
         items = image_items(template_messages)
         if items and self._vision is None:
             raise ConfigurationError(
@@ -125,7 +128,8 @@ class InputRenderer:
                 "--tokenizer that folder; a library model: vision=load_vision(folder)), or keep images out of the "
                 "data and the tools"
             )
-        return [self._vision.image(item) for item in items] if self._vision is not None else []
+        vision = self._vision
+        return [shown.get(id(item)) or vision.image(item) for item in items] if vision is not None else []
 
     def _expand(
         self, ids: list[int], images: list[TrajectoryImage]
@@ -183,8 +187,8 @@ class InputRenderer:
         stats: ModelStats,
     ) -> tuple[str, list[int], list[ImagePlacement]]:
         renderer = self._renderer
-        self._fitter.fit_image_outputs(template_messages, self._vision, stats)
-        images = self._images(template_messages)
+        shown = self._fitter.fit_image_outputs(template_messages, self._vision, stats)
+        images = self._images(template_messages, shown)
         tool_msgs = _text_tool_messages(template_messages)
         encoded = self._fitter.cut_to_limit(tool_msgs, stats)
         text, ids = renderer.encode_continuation(
