@@ -78,7 +78,9 @@ def test_the_prompt_check_counts_each_image_as_its_pads_to_the_token(tmp_path, c
         argv = eval_argv(probe.base_url, data, "--n", "1", "--config", str(config), "--out", str(out))
         argv[argv.index("--tokenizer") + 1] = str(folder)
         assert run_cli(capsys, *argv)[0] == 0
-        prompt = read_rows(out)[0].segments[0].spans[0]
+        (row,) = read_rows(out)
+        check_row(row, probe)
+        prompt = row.segments[0].spans[0]
         assert prompt.kind == "prompt"
         expanded = prompt.end - prompt.start
     assert expanded > pads > text_only, "the figure dominates the prompt"
