@@ -402,6 +402,17 @@ def test_server_unreachable(data, tmp_path, capsys):
     assert "cannot reach the SGLang server at http://127.0.0.1:9" in line and "check-server" in line
 
 
+def test_server_is_checked_before_the_tokenizer_loads(data, tmp_path, capsys):
+    """A server that is not there is said before the tokenizer loads (a hub tokenizer takes 12-22 s): with no
+    server AND no tokenizer, the error is the server's (exit status 3), not the tokenizer's (2)."""
+    argv = eval_argv("http://127.0.0.1:9", data, "--config", str(write_config(tmp_path / "plugin.yaml")))
+    argv[argv.index("--tokenizer") + 1] = "/nonexistent/models/Qwen3-8B"
+    code, _, stderr = run_cli(capsys, *argv)
+    line = _one_error_line(stderr)
+    assert code == 3, line
+    assert "cannot reach the SGLang server at http://127.0.0.1:9" in line and "tokenizer" not in line
+
+
 def test_tokenizer_not_found(server, data, capsys):
     argv = eval_argv(server.base_url, data)
     argv[argv.index("--tokenizer") + 1] = "/nonexistent/models/Qwen3-8B"
@@ -409,7 +420,9 @@ def test_tokenizer_not_found(server, data, capsys):
     assert code == 2
     line = _one_error_line(stderr)
     assert "tokenizer '/nonexistent/models/Qwen3-8B' not found" in line and "hub id" in line
-    assert not server.requests, "nothing is sent before the inputs are checked"
+    assert [r.path for r in server.requests] == ["/health"], (
+        "only /health is asked before the inputs are checked"
+    )
 
 
 def test_tokenizer_folder_without_tokenizer(server, data, tmp_path, capsys):

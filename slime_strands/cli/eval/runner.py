@@ -31,6 +31,7 @@ from ...agent.episode import EpisodeSpec, run_episode
 from ...agent.record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
 from ...agent.runtime import Runtime, client_for
 from ...errors import ConfigurationError
+from ...provider.client import SGLangClient
 from ...provider.images import Vision, load_vision
 from ...provider.model import SGLangModel
 from ...provider.sampling import merge_sampling_params
@@ -98,18 +99,43 @@ class EvalReport:
 
 
 def run_eval(options: EvalOptions) -> EvalReport:
-    """Check every input (data, config, ``--out``, tokenizer, wandb, tools, template, server), then run."""
+    """Check every input (data, config, wandb, ``--out``, the server's ``/health``, tokenizer, tools, template,
+    the served model), then run."""
     prompts = load_prompts(options.data, limit=options.limit)
     settings = _with_placement(_settings(options.config, options.sampling_params), options.sandbox_placement)
     wandb = require_wandb() if options.wandb_project else None
     if options.out:
         check_writable(options.out)
     resumed = read_resumable(options.out, prompts, options.n) if options.out else ResumedRows()
+    asyncio.run(
+        _require_server(options.base_url)
+    )  # seconds, before the tokenizer's load (up to tens of seconds)
     tokenizer = load_tokenizer(options.tokenizer)
     evaluator = _Evaluator(options, settings, tokenizer, prompts, resumed, wandb)
     evaluator.vision = _vision(options.tokenizer)
     with placement_session(settings.sandbox):  # Ray: joins RAY_ADDRESS or starts one; the pool stops after
         return asyncio.run(evaluator.run())
+
+
+async def _require_server(base_url: str) -> None:
+    """The server answers ``/health``: a server that is not there is said at once, not after the tokenizer,
+    the tools and the template probe have loaded (12-22 s of silence for a hub tokenizer)."""
+    client = SGLangClient(base_url, max_retries=1, timeout=_HEALTH_TIMEOUT_S)
+    try:
+        healthy = await client.health()
+    finally:
+        await client.aclose()
+    if not healthy:
+        raise CommandError(
+            f"cannot reach the SGLang server at {base_url} (GET /health failed)",
+            hint="start the server or router (python -m sglang.launch_server --model-path MODEL "
+            "--port 30000) or fix --base-url; `slime-strands check-server URL` diagnoses it",
+            exit_code=EXIT_SERVER,
+        )
+
+
+_HEALTH_TIMEOUT_S = 10.0
+"""How long the start's ``/health`` may take: a loaded server answers in milliseconds, even when busy."""
 
 
 def _vision(tokenizer: str) -> Vision | None:
@@ -255,14 +281,7 @@ class _Evaluator:
         """What would fail every episode alike, before the first one: tools, template, the server, and a
         ``--out`` file of another configuration."""
         await runtime.preflight(self.tokenizer, {})  # tools import, template probe: ConfigurationError
-        client = runtime.client
-        if not await client.health():
-            raise CommandError(
-                f"cannot reach the SGLang server at {self.options.base_url} (GET /health failed)",
-                hint="start the server or router (python -m sglang.launch_server --model-path MODEL "
-                "--port 30000) or fix --base-url; `slime-strands check-server URL` diagnoses it",
-                exit_code=EXIT_SERVER,
-            )
+        client = runtime.client  # answered /health before the tokenizer loaded (_require_server)
         loop = asyncio.get_running_loop()
         self.digest = ConfigDigest.of(
             settings=settings_part(self.settings),
