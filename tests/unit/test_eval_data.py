@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -65,6 +66,20 @@ def test_bad_rows_are_all_reported(tmp_path):
     assert "(and 2 more)" in message and "\n" not in message
     assert "data_prep.prepare" in raised.value.hint
     assert len(load_prompts(path, limit=1)) == 1, "rows past --limit are not read"
+
+
+def test_broken_json_names_the_column_once(tmp_path):
+    """An unterminated string is named at the column of its opening quote, in words read once (json's own
+    text ends with "starting at"; the row's message adds "at column N")."""
+    raw = '{"label": "1", "prompt": "What is 2 + 2?'
+    column = raw.index('"What') + 1  # 1-based, as an editor shows it
+    path = write(tmp_path, {"prompt": "fine", "label": "1"}, raw, '{"prompt": }')
+    with pytest.raises(CommandError) as raised:
+        load_prompts(path)
+    message = str(raised.value)
+    assert f"line 2: invalid JSON (Unterminated string starting at column {column})" in message, message
+    assert "line 3: invalid JSON (Expecting value at column 12)" in message, message
+    assert not re.search(r"\b(\w+) \1\b", message.removeprefix(str(path))), f"a doubled word: {message}"
 
 
 def test_missing_unreadable_and_empty_files(tmp_path):

@@ -108,7 +108,9 @@ def _parse(raw: str, index: int, line: int, default_dataset: str) -> EvalPrompt:
     try:
         row = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise RowError("bad_json", f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        # json's own text may already end with "at" ("Unterminated string starting at"): one "at column N"
+        what = exc.msg.removesuffix(" at")
+        raise RowError("bad_json", f"invalid JSON ({what} at column {exc.colno})") from None
     images_key = "images" if isinstance(row, Mapping) and row.get("images") is not None else None
     checked = validate_row(row, integer_labels=False, images_key=images_key)
     _check_agent_prompt(checked["prompt"])
