@@ -81,6 +81,28 @@ def test_a_wrong_type_is_named_with_its_field(data, message):
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize("value", [0, 1, 7])
+def test_zero_and_up_are_not_negative(value):
+    """The boundary of ``negative=False`` is below 0: a zero count (nothing happened yet) reads back."""
+    data = {"count": value, "seconds": 0, "name": "n", "done": True, "limit": value}
+    assert reader(data).scalars(Saved, defaults=True, negative=False)["count"] == value
+    assert reader(data).integer("count", negative=False) == value
+    assert reader(data).optional_integer("limit", negative=False) == value
+
+
+@pytest.mark.parametrize("value", [-1, -5])
+def test_below_zero_is_refused_by_each_integer_reader(value):
+    for read in (
+        lambda d: d.integer("count", negative=False),
+        lambda d: d.optional_integer("count", negative=False),
+        lambda d: d.scalars(Saved, defaults=True, negative=False),
+    ):
+        with pytest.raises(Malformed) as raised:
+            read(reader({"count": value, "seconds": 0, "name": "n", "done": True}))
+        assert str(raised.value) == f"saved.count must not be negative, got {value}"
+    assert reader({"count": value}).integer("count") == value, "negative=True (the default) reads it"
+
+
 def test_unknown_keys_are_refused_only_when_done():
     d = reader({"a": 1, "z": 2, "b": 3})
     assert d.integer("a") == 1
