@@ -7,10 +7,12 @@ import asyncio
 import logging
 import re
 import socket
+import time
 
 import pytest
 
 from slime_strands import SGLangClient, SGLangConnectionError, SGLangTimeoutError
+from slime_strands.provider.reachability import Reachability
 from slime_strands.testing import Fault, SGLangTestServer, Turn
 
 pytestmark = pytest.mark.timeout(60)
@@ -167,3 +169,32 @@ async def test_a_server_that_answers_no_generation_within_the_timeout_is_said_so
         "limit) or lower the concurrency (slime's --sglang-server-concurrency, eval's --concurrency); a line will "
         "count them once they stop"
     ]
+
+
+def test_a_busy_servers_timeouts_are_no_failures_until_it_stops_generating():
+    """The count eval's watch acts on, read right after the timeouts (no answer in between resets it): timeouts
+    within a timeout of the last answered generation are a busy server's and count 0; the same timeouts once
+    no generation was answered for longer than the timeout count one failure each."""
+    state = Reachability("http://busy.invalid:1")
+    state.answered(generated=True)
+    for _ in range(5):
+        state.timed_out("POST /generate", 600.0)
+    assert state.failures_in_a_row == 0 and not state.failing, "a busy server is no failing one"
+    state.failed("POST /generate: connection refused")
+    assert state.failures_in_a_row == 1, "a refused connection is a failure, busy or not"
+
+    idle = Reachability("http://idle.invalid:1")
+    for _ in range(3):
+        idle.timed_out("POST /generate", 600.0)
+    assert idle.failures_in_a_row == 3, "no generation was ever answered: each timeout is a failure"
+
+    stale = Reachability("http://stale.invalid:1")
+    stale.answered(generated=True)
+    answered_at = time.monotonic()
+    while time.monotonic() - answered_at <= 0.05:  # the last answer is now older than the 0.05 s timeout
+        time.sleep(0.01)
+    stale.timed_out("POST /generate", 0.05)
+    stale.timed_out("POST /generate", 0.05)
+    assert stale.failures_in_a_row == 2, "no generation answered within the timeout: it counts"
+    stale.answered()
+    assert stale.failures_in_a_row == 0
