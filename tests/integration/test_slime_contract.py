@@ -415,6 +415,27 @@ def test_the_pool_is_sized_by_rollout_num_engines(server):
     assert SlimeConfig.of(args).runtime.client.max_connections == 8 * 3
 
 
+@pytest.mark.parametrize(
+    ("gpus", "per_engine", "engines"),
+    [(8, 2, None), (8, 4, None), (6, 4, None), (8, 8, None), (2, 1, None), (16, 2, 3), (1, 1, None)],
+)
+def test_the_pool_counts_the_engines_as_slime_does(server, slime, gpus, per_engine, engines):
+    """Engines of several GPUs each (``--rollout-num-gpus-per-engine`` > 1): slime's own
+    ``get_rollout_num_engines`` is the oracle of the pool's size."""
+    from slime.utils.http_utils import get_rollout_num_engines
+
+    args = make_args(
+        server, sglang_server_concurrency=8, rollout_num_gpus=gpus, rollout_num_gpus_per_engine=per_engine
+    )
+    if engines is not None:
+        args.rollout_num_engines = engines
+    slimes = get_rollout_num_engines(args)
+    assert slimes >= 1
+    config = SlimeConfig.of(args)
+    assert config.pool_size == 8 * slimes, (gpus, per_engine, engines)
+    assert config.runtime.client.max_connections == 8 * slimes
+
+
 def test_a_flag_added_to_the_args_keeps_their_runtime(server):
     """slime may set attributes on its args during a run: the view is read again, the runtime (client pool,
     tokenizer, checked templates) stays while the configuration is the same."""
