@@ -38,6 +38,25 @@ async def test_the_least_busy_worker_is_taken_and_never_more_than_its_slots():
     assert await waiter is b and slots.peak_busy == 4
 
 
+async def test_a_run_takes_the_least_busy_worker_while_others_have_free_slots_too():
+    """Slots are left free on every worker when the choice is checked: the run goes to the worker with the
+    fewest runs, never to a busier one that still has room."""
+    slots: Slots[Worker] = Slots(per_worker=3, max_waiting=10)
+    a, b, c = Worker("a"), Worker("b"), Worker("c")
+    for worker in (a, b, c):
+        slots.add(worker)
+    taken = [await slots.acquire() for _ in range(6)]  # 9 slots, 6 runs: spread 2-2-2, 3 slots still free
+    assert sorted(w.name for w in taken) == ["a", "a", "b", "b", "c", "c"]
+    slots.release(b)
+    slots.release(b)
+    slots.release(c)  # a: 2, b: 0, c: 1 busy; every worker has a free slot
+    assert (await slots.acquire()) is b
+    assert (a.busy, b.busy, c.busy) == (2, 1, 1)
+    slots.release(a)
+    slots.release(a)  # a: 0 is now the least busy; b and c (1 each) have room as well
+    assert (await slots.acquire()) is a
+
+
 async def test_waiters_are_served_in_order_and_a_late_caller_does_not_jump_the_queue():
     slots: Slots[Worker] = Slots(per_worker=1, max_waiting=10)
     only = Worker("only")
