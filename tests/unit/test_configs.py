@@ -216,3 +216,17 @@ def test_entry_points_resolve(path: str):
     module = importlib.import_module(module_name)
     assert getattr(module, "__file__", None), f"{module_name} is not a real module"
     assert callable(getattr(module, attr)), f"{path} is not callable"
+
+
+def test_the_tool_parsers_the_config_lists_are_the_registered_ones():
+    """The comment above ``tool_parser:`` names every registered parser, in the order auto tries them, and no
+    other: a parser added to (or dropped from) the registry fails here until the comment says so."""
+    from slime_strands.tool_parsers import registered_tool_parsers
+
+    lines = PLUGIN_CONFIG.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("tool_parser:"))
+    start = max(i for i in range(at) if not lines[i].lstrip().startswith("#")) + 1
+    comment = " ".join(line.strip().lstrip("#").strip() for line in lines[start:at])
+    listed = re.search(r"--tool-call-parser values \(([^)]*)\)", comment)
+    assert listed, comment
+    assert [name.strip() for name in listed.group(1).split(",")] == registered_tool_parsers()
