@@ -26,7 +26,6 @@ ss_check_gpus "${CONVERT_NPROC}"
 ss_preflight_finish conversion
 
 ss_load_model_args
-ss_log "model args from ${SS_MODEL_ARGS_FILE}"
 if [ "${CONVERT_NPROC}" -gt 1 ]; then
     launcher=(torchrun --nproc-per-node "${CONVERT_NPROC}")
 else

@@ -156,18 +156,14 @@ ss_model_args_name_for() {
 # Model arguments (MODEL_ARGS array)
 # ---------------------------------------------------------------------------------------------
 
-# Load MODEL_ARGS. MODEL_ARGS_SOURCE=auto (default) sources slime's own
-# ${SLIME_DIR}/scripts/models/<name>.sh when it exists (stays in sync with the installed slime) and
-# otherwise this repository's copy in scripts/models/ (same flags, so DRY_RUN and the tests work
-# without slime); =slime requires slime's file; =bundled always uses ours.
-# The rotary base is then set to MODEL_ARGS_ROTARY_BASE, else the checkpoint's config.json
-# rope_theta (Qwen3-4B-Instruct-2507 uses 5e6, not the 1e6 of the file).
-ss_load_model_args() {
+# Which model-args file ss_load_model_args reads (SS_MODEL_ARGS_FILE), said once per run: a recipe says it
+# before it prepares, and the helpers it runs (the conversion) get SS_MODEL_ARGS_NOTED and do not repeat it.
+ss_pick_model_args() {
     local name="${MODEL_ARGS_NAME}"
     [ -n "$name" ] || ss_die "no model-args file known for MODEL_NAME=${MODEL_NAME}: set MODEL_ARGS_NAME (e.g. qwen3-8B)"
     local slime_file="${SLIME_DIR}/scripts/models/${name}.sh"
     local bundled_file="${SS_SCRIPTS_DIR}/models/${name}.sh"
-    local file
+    local file why=""
     case "${MODEL_ARGS_SOURCE}" in
         slime)
             [ -f "$slime_file" ] || ss_die "MODEL_ARGS_SOURCE=slime but ${slime_file} does not exist (is SLIME_DIR=${SLIME_DIR} a slime checkout?)"
@@ -181,17 +177,32 @@ ss_load_model_args() {
                 file="$slime_file"
             else
                 file="$bundled_file"
-                ss_log "model args: ${slime_file} not found, using the bundled copy ${bundled_file}"
+                why=" (${slime_file} not found: the bundled copy)"
             fi
             ;;
         *) ss_die "MODEL_ARGS_SOURCE must be auto, slime or bundled (got ${MODEL_ARGS_SOURCE})" ;;
     esac
+    SS_MODEL_ARGS_FILE="$file"
+    if [ "${SS_MODEL_ARGS_NOTED:-}" != "$file" ]; then
+        ss_log "model args from ${file}${why}"
+        SS_MODEL_ARGS_NOTED="$file"
+    fi
+}
+
+# Load MODEL_ARGS. MODEL_ARGS_SOURCE=auto (default) sources slime's own
+# ${SLIME_DIR}/scripts/models/<name>.sh when it exists (stays in sync with the installed slime) and
+# otherwise this repository's copy in scripts/models/ (same flags, so DRY_RUN and the tests work
+# without slime); =slime requires slime's file; =bundled always uses ours.
+# The rotary base is then set to MODEL_ARGS_ROTARY_BASE, else the checkpoint's config.json
+# rope_theta (Qwen3-4B-Instruct-2507 uses 5e6, not the 1e6 of the file).
+ss_load_model_args() {
+    ss_pick_model_args
+    local file="${SS_MODEL_ARGS_FILE}"
     [ -f "$file" ] || ss_die "model args file ${file} does not exist"
     MODEL_ARGS=()
     # shellcheck source=/dev/null  # the file is chosen at run time (slime's or ours)
     source "$file"
     [ "${#MODEL_ARGS[@]}" -gt 0 ] || ss_die "${file} did not define MODEL_ARGS"
-    SS_MODEL_ARGS_FILE="$file"
 
     local rotary="${MODEL_ARGS_ROTARY_BASE}"
     if [ -z "$rotary" ] && [ -f "${HF_CHECKPOINT}/config.json" ]; then
@@ -330,7 +341,7 @@ ss_helper_env() {
     local var assignments=()
     for var in DRY_RUN FORCE SLIME_DIR MEGATRON_DIR PYTHON MODEL_NAME MODEL_ORG HF_REPO MODELS_DIR \
         HF_CHECKPOINT TORCH_DIST_DIR SAVE_DIR MODEL_ARGS_NAME MODEL_ARGS_SOURCE MODEL_ARGS_ROTARY_BASE \
-        DATA_DIR TRAIN_DATA EVAL_DATA CONVERT_NPROC; do
+        DATA_DIR TRAIN_DATA EVAL_DATA CONVERT_NPROC SS_MODEL_ARGS_NOTED; do
         assignments+=("${var}=${!var}")
     done
     printf '%s\0' "${assignments[@]}"
@@ -593,11 +604,11 @@ ss_train_main() {
     PLUGIN_CONFIG="$(cd "$(dirname "${PLUGIN_CONFIG}")" && pwd)/$(basename "${PLUGIN_CONFIG}")"
     ss_is_dry_run && ss_log "DRY_RUN=1: printing the commands, running nothing"
     ss_log "model ${HF_REPO} on ${NUM_NODES} node(s) x ${NUM_GPUS} GPU(s); checkpoint ${HF_CHECKPOINT}; run dir ${SAVE_DIR}"
+    ss_pick_model_args # said here, once: the conversion ss_auto_prepare may run reads the same file
 
     ss_auto_prepare
     # After preparing: the rotary base is read from the (possibly just downloaded) config.json.
     ss_load_model_args
-    ss_log "model args from ${SS_MODEL_ARGS_FILE}"
 
     SS_PREFLIGHT_ERRORS=()
     ss_check_python

@@ -733,3 +733,16 @@ def test_real_run_reports_a_failed_job(fake_cluster):
     assert result.returncode != 0
     assert "failed (exit 3)" in result.stderr and "ray job logs" in result.stderr
     assert _ray_calls(fake_cluster)[-1] == "stop"  # the head it started is stopped; the job is not re-stopped
+
+
+@pytest.mark.parametrize("recipe", sorted(MODEL_SCRIPTS))
+def test_dry_run_says_which_model_args_once(sandbox, recipe):
+    """Nothing prepared: the recipe converts the checkpoint (a helper that reads the model args too) and then
+    trains; which model-args file both read is said once, naming why it is the bundled copy."""
+    result = run(MODEL_SCRIPTS[recipe], sandbox["env"], DRY_RUN="1")
+    assert "converting" in result.stderr, result.stderr  # the conversion helper ran
+    said = [line for line in result.stderr.splitlines() if "model args" in line]
+    slime_copy = Path(sandbox["env"]["SLIME_DIR"]) / "scripts" / "models"
+    assert len(said) == 1, said
+    assert said[0].startswith(f"[slime-strands] model args from {REPO / 'scripts' / 'models'}/"), said
+    assert f"({slime_copy}/" in said[0] and "not found: the bundled copy)" in said[0], said
