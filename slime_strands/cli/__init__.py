@@ -47,6 +47,52 @@ _EXIT_CODES = f"""exit status:
        stopped answering during an eval
   {EXIT_INTERRUPTED}  interrupted (an eval with --out resumes where it stopped)"""
 
+_INTERRUPTED = (EXIT_INTERRUPTED, "interrupted (Ctrl-C)")
+_USAGE = "usage or input error"
+_STATUSES: dict[str, tuple[tuple[int, str], ...]] = {
+    "eval": (
+        (EXIT_OK, "done"),
+        (EXIT_FAILURES, "some trajectories FAILED (the end of the run groups them by cause)"),
+        (EXIT_USAGE, f"{_USAGE} (arguments, data / config / --out file, tokenizer, template, tool, wandb)"),
+        (EXIT_SERVER, "the SGLang server or router cannot be reached or is not healthy at the start, or stopped "
+         "answering during the run"),
+        (EXIT_INTERRUPTED, "interrupted (Ctrl-C; with --out a rerun resumes where it stopped)"),
+    ),
+    "inspect": ((EXIT_OK, "done"), (EXIT_USAGE, f"{_USAGE} (arguments, trajectory file, --index, tokenizer)"),
+                _INTERRUPTED),
+    "drift": ((EXIT_OK, "done"), (EXIT_USAGE, f"{_USAGE} (arguments, trajectory file, --index, tokenizer)"),
+              _INTERRUPTED),
+    "check-template": (
+        (EXIT_OK, "done: usable in every thinking mode checked"),
+        (EXIT_FAILURES, "NOT usable in a thinking mode checked (the report says why)"),
+        (EXIT_USAGE, f"{_USAGE} (arguments, a tokenizer that cannot be loaded)"),
+        _INTERRUPTED,
+    ),
+    "validate-config": (
+        (EXIT_OK, "done: the file is valid"),
+        (EXIT_FAILURES, "the file is invalid (the line says why)"),
+        (EXIT_USAGE, f"{_USAGE} (arguments, no such file)"),
+        _INTERRUPTED,
+    ),
+    "check-server": (
+        (EXIT_OK, "done: the server is healthy"),
+        (EXIT_USAGE, f"{_USAGE} (arguments)"),
+        (EXIT_SERVER, "the SGLang server or router cannot be reached or is not healthy (within --wait)"),
+        _INTERRUPTED,
+    ),
+}  # fmt: skip
+"""The exit statuses each command can return, as its ``--help`` lists them (the whole table is the top-level
+help's and :mod:`slime_strands.cli.errors`')."""
+
+
+def _statuses(command: str) -> str:
+    lines = [
+        f"  {code:<4} {textwrap.fill(text, 92, subsequent_indent=' ' * 7)}"
+        for code, text in _STATUSES[command]
+    ]
+    return "exit status:\n" + "\n".join(lines)
+
+
 LOW_LOGPROB = -2.3
 """Default low-confidence threshold of ``inspect``: a sampled token with probability below ~0.1."""
 
@@ -361,7 +407,7 @@ def _command(
         name,
         help=summary,
         description=textwrap.fill(description, 100),
-        epilog=f"examples:\n{examples}\n\n{_EXIT_CODES}",
+        epilog=f"examples:\n{examples}\n\n{_statuses(name)}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 

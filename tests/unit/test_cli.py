@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 from conftest import qwen3_tokenizer_path
@@ -143,8 +144,40 @@ def test_every_command_has_complete_help(capsys, command, expected):
         main([command, "--help"])
     assert exited.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    for text in [*expected, "exit status:", "0 done", "2 usage or input error", "3 the SGLang server", "130"]:
+    for text in [*expected, "exit status:", "0 done", "2 usage or input error", "130 interrupted"]:
         assert text in out, text
+
+
+OWN_STATUSES = {
+    "eval": {0, 1, 2, 3, 130},
+    "inspect": {0, 2, 130},
+    "drift": {0, 2, 130},
+    "check-template": {0, 1, 2, 130},
+    "validate-config": {0, 1, 2, 130},
+    "check-server": {0, 2, 3, 130},
+}
+"""What each command can exit with: 1 only where a check or an eval finds a problem, 3 only where a server is
+asked (check-server, eval); argparse's usage errors (2) and Ctrl-C (130) everywhere."""
+
+
+@pytest.mark.parametrize("command", sorted(OWN_STATUSES))
+def test_every_commands_help_lists_its_own_exit_statuses(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    table = out.split("exit status:\n", 1)[1]
+    listed = {int(line.split()[0]) for line in table.splitlines() if re.match(r"^  \d+ ", line)}
+    assert listed == OWN_STATUSES[command], table
+    assert out.count("exit status:") == 1
+
+
+def test_the_statuses_a_command_returns_are_in_its_help(capsys, tmp_path):
+    """Two commands run to the status their help lists (and the other's help does not)."""
+    assert main(["check-server", "http://127.0.0.1:9"]) == 3 and 3 in OWN_STATUSES["check-server"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("strands:\n  max_tool_iter: 3\n")
+    assert main(["validate-config", str(bad)]) == 1 and 1 in OWN_STATUSES["validate-config"]
+    assert 1 not in OWN_STATUSES["check-server"] and 3 not in OWN_STATUSES["validate-config"]
 
 
 def test_top_level_help_lists_every_command(capsys):
