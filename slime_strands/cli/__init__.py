@@ -668,6 +668,22 @@ def _say(ns: argparse.Namespace, message: str, *, hint: str | None = None) -> No
     print(text + (f" -- hint: {hint}" if hint else ""), file=sys.stderr)
 
 
+def _configuration_hint(exc: ConfigurationError) -> str | None:
+    """The command that diagnoses this kind of configuration error, or None where none does: a sandbox or Ray
+    pool that cannot start says its own fix (pip install, sandbox.placement: local), which no check helps with."""
+    from ..sandbox import SandboxIsolationError, SandboxPoolError
+    from ..template.chat_template import TemplateError
+
+    if isinstance(exc, (SandboxPoolError, SandboxIsolationError)):
+        return None
+    if isinstance(exc, TemplateError):
+        return "slime-strands check-template TOKENIZER reports what the chat template can do"
+    return (
+        "fix the plugin settings or the setup the message names (slime-strands validate-config FILE checks a "
+        "settings file and imports its tools; check-template a chat template and its tool parser)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     try:
@@ -676,12 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(ns, str(exc), hint=exc.hint)
         return exc.exit_code if isinstance(exc, CommandError) else EXIT_USAGE
     except ConfigurationError as exc:
-        _say(
-            ns,
-            " ".join(str(exc).split()),
-            hint="fix the plugin settings or the setup the message names (slime-strands validate-config FILE "
-            "checks a settings file; check-template a chat template)",
-        )
+        _say(ns, " ".join(str(exc).split()), hint=_configuration_hint(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:
         _say(ns, "interrupted")

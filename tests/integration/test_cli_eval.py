@@ -482,6 +482,33 @@ def test_missing_data_file_and_bad_config(server, tmp_path, data, capsys):
     assert not server.generate_requests
 
 
+def test_a_config_typo_names_the_settings_file_and_the_check_of_it(server, data, tmp_path, capsys):
+    bad = tmp_path / "typo.yaml"
+    bad.write_text("strands:\n  max_tool_iter: 3\n")
+    code, _, stderr = run_cli(capsys, *eval_argv(server.base_url, data, "--config", str(bad)))
+    line = _one_error_line(stderr)
+    assert code == 2
+    message, hint = line.split(" -- hint: ")
+    assert message.startswith(f"slime-strands eval: error: {bad}: unknown setting(s) max_tool_iter"), line
+    assert f"slime-strands validate-config {bad}" in hint and "check-template" not in hint, line
+    assert not server.generate_requests
+
+
+def test_ray_not_installed_gets_no_hint_about_settings_checks(server, data, tmp_path, capsys, monkeypatch):
+    """The message says the fix (install Ray, or a local sandbox); validate-config and check-template would
+    find nothing wrong, so no hint sends the user there."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    config = write_config(tmp_path / "plugin.yaml")
+    code, _, stderr = run_cli(
+        capsys, *eval_argv(server.base_url, data, "--config", str(config), "--sandbox-placement", "ray")
+    )
+    (line,) = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2
+    assert line.startswith("slime-strands eval: error: sandbox.placement: ray needs Ray"), line
+    assert "pip install 'slime-strands[ray]'" in line
+    assert "validate-config" not in line and "check-template" not in line, line
+
+
 def test_wandb_not_installed(server, data, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     code, _, stderr = run_cli(capsys, *eval_argv(server.base_url, data, "--wandb-project", "p"))

@@ -176,6 +176,11 @@ def _settings(path: str | None, flags: Mapping[str, Any]) -> PluginSettings:
             ) from None
         except OSError as exc:
             raise CommandError(f"{path}: cannot read the config: {exc}") from exc
+        except ConfigurationError as exc:  # a typo, a bad value: named in the file it is in
+            raise CommandError(
+                f"{path}: {' '.join(str(exc).split())}",
+                hint=f"fix it in {path} (slime-strands validate-config {path} checks the whole file)",
+            ) from None
         problems = range_problems(settings.sampling_params)
         if problems:
             key, problem = problems[0]
