@@ -42,6 +42,7 @@ import json
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 import uuid
@@ -250,7 +251,7 @@ class SGLangTestServer:
         if self._httpd is not None:
             raise RuntimeError("SGLangTestServer is already running: start() it or enter it, not both")
         handler = type("Handler", (_Handler,), {"server_state": self})
-        self._httpd = ThreadingHTTPServer(self._address, handler)
+        self._httpd = _HTTPServer(self._address, handler)
         self._httpd.daemon_threads = False  # server_close() joins the handler threads
         self._connections = set()
         self._crashed = False
@@ -762,6 +763,17 @@ def _peer_closed(connection: socket.socket) -> bool:
         return False  # open, nothing sent
     except OSError:
         return True  # reset
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """A client gone mid-connection (reset, or closed while it was answered: an interrupted eval) is not the
+    server's error: the real server says nothing, and the demo server runs in the user's terminal, where the
+    standard library's handler would print a traceback for each."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # reset, aborted, broken pipe
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

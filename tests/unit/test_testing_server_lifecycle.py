@@ -3,6 +3,8 @@ them), keep-alive connections a client still holds included, as a real server cl
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -55,3 +57,33 @@ def test_stop_ends_waiting_and_running_requests_and_their_threads(tokenizer):
         assert waiting.result()[1]["meta_info"]["finish_reason"]["message"] == "Abort in waiting queue"
     assert _server_threads() - before == set()
     assert server.in_flight == []
+
+
+def _reset(connection: socket.socket) -> None:
+    """Close with a TCP reset, as a client killed by Ctrl-C (an interrupted eval) leaves its connections."""
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    connection.close()
+
+
+def test_a_client_that_resets_its_connections_prints_no_traceback(tokenizer, capfd):
+    """The demo server runs in the user's terminal (README block 1): a client gone mid-connection (reset while
+    its keep-alive connection waits for a next request, or before its request was read) is no error of the
+    server's, and nothing is printed; the server answers the next client."""
+    server = SGLangTestServer(tokenizer).start()
+    try:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        idle = socket.create_connection((host, int(port)), timeout=30)
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert idle.recv(1024).startswith(b"HTTP/1.1 200"), "answered; the connection stays open"
+        _reset(idle)
+        partial = socket.create_connection((host, int(port)), timeout=30)
+        partial.sendall(b'POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"input_ids"')
+        _reset(partial)
+        fresh = socket.create_connection((host, int(port)), timeout=30)
+        fresh.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert fresh.recv(1024).startswith(b"HTTP/1.1 200")
+        fresh.close()
+    finally:
+        server.stop()  # joins every handler thread: whatever they printed is printed by now
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err
