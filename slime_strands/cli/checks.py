@@ -98,7 +98,8 @@ def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: st
     except TemplateError as exc:
         return TemplateReport(name, enable_thinking, tito_safe=False, reason=str(exc))
     facts = renderer.facts
-    reason, rewrites = None, ()
+    reason: str | None = None
+    rewrites: tuple[tuple[str, str], ...] = ()
     try:
         verdict = renderer.verdict()
         parallel: bool | None = verdict.parallel_calls
