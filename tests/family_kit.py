@@ -632,6 +632,9 @@ _BAD_MISTRAL: dict[str, Bad] = {
     "missing_name": Bad('[TOOL_CALLS][ARGS]{"a": 1, "b": 2}', "missing_name"),
     "bad_arguments": Bad("[TOOL_CALLS]add[ARGS][1, 2]", "bad_arguments"),
     "no_arguments": Bad('[TOOL_CALLS]add{"a": 1, "b": 2}', "bad_arguments"),
+    "text_after_array": Bad(
+        '[TOOL_CALLS] [{"name": "add", "arguments": {"a": 1, "b": 2}}] and 3', "bad_json"
+    ),
 }
 
 # generation_config.json eos ids of the vendors' checkpoints (Qwen/Qwen3-8B, Qwen/Qwen3-Coder-30B-A3B-Instruct;
@@ -846,6 +849,68 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 """Every family the tests know: one entry per registered tool parser (a test fails when one is missing)."""
+
+HERMES_TOKENS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+"""Hermes-3's special tokens (its test tokenizer is Llama 3's with them added)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Another vendor template of a family (written from its facts, in ``tests/families/templates``): the
+    family's model writes its turns, on a copy of ``tokenizer_of``'s tokenizer."""
+
+    family: str
+    template: str
+    tokenizer_of: str | None = None
+    """The family whose test tokenizer is copied (None: this family's)."""
+    added: tuple[str, ...] = ()
+    eos: str | None = None
+    enable_thinking: bool | None = None
+    """The thinking mode the family's model writes its turns for."""
+    refused: str | None = None
+    """Why the probe refuses this template at start (None: it runs token-exact, or as its verdict says)."""
+
+
+VARIANTS: dict[str, Variant] = {
+    "hermes3_tool_use": Variant(
+        "hermes", "hermes3_tool_use.jinja", tokenizer_of="llama3", added=HERMES_TOKENS, eos="<|im_end|>"
+    ),
+    "deepseek_v32_llamacpp": Variant("deepseekv32", "deepseek_v32_llamacpp.jinja", enable_thinking=False),
+    "mistral_small31": Variant(
+        "mistral",
+        "mistral_small31.jinja",
+        refused="the chat template renders the start of a conversation differently once later messages follow",
+    ),
+    "deepseek_r1": Variant(
+        "deepseekv3",
+        "deepseek_r1.jinja",
+        refused="incremental rendering does not reproduce the chat template's full rendering",
+    ),
+}
+"""The kit's other templates of a family (each template file is a family's or a variant's, see
+``tests/unit/test_probe_verdicts.py``), by name."""
+
+
+def variant_tokenizer(name: str) -> Any:
+    """The tokenizer of variant ``name``: its family's (or ``tokenizer_of``'s) with the variant's template."""
+    import copy
+
+    variant = VARIANTS[name]
+    tokenizer = copy.deepcopy(family_tokenizer(variant.tokenizer_of or variant.family))
+    if variant.added:
+        tokenizer.add_special_tokens({"additional_special_tokens": list(variant.added)})
+    if variant.eos:
+        tokenizer.eos_token = variant.eos
+    tokenizer.chat_template = (TEMPLATES / variant.template).read_text()
+    return tokenizer
+
 
 SUPPORTED = sorted(name for name, family in FAMILIES.items() if family.refused is None)
 """The families that run token-exact end to end (the others are refused at start: :attr:`Family.refused`)."""

@@ -40,6 +40,10 @@ class TemplateReport:
     """Why the parser set by name cannot read what the template renders (None: it can, or it was detected)."""
     end_tokens: Sequence[str] = field(default_factory=tuple)
     """The model's end-of-sequence tokens that also end a turn (``render.end_of_sequence_ids``)."""
+    dropped_prompt: str = ""
+    """What the template's generation prompt adds that its rendering of the next turn does not start with."""
+    rewrites: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    """What the template renders differently once later messages follow (as shown, as later rendered)."""
 
     @property
     def usable(self) -> bool:
@@ -58,12 +62,28 @@ class TemplateReport:
         if self.end_tokens:
             out.append(f"  end of sequence: {', '.join(repr(t) for t in self.end_tokens)} (also end a turn)")
         out.append(f"  generation prompt: {self.generation_prompt!r}")
+        if self.dropped_prompt:
+            out.append(
+                f"    (the template's own adds {self.dropped_prompt!r}, which its rendering of the next assistant "
+                "turn does not start with: left out of every prompt)"
+            )
         out.append(
             f"  tool results as role {self.tool_role!r}; tool-call arguments as "
             f"{'a mapping' if self.arguments_as == 'mapping' else 'a JSON string'}; "
             f"parallel calls: {'yes' if self.parallel_calls else 'no'}"
         )
-        if self.tito_safe:
+        if self.tito_safe and self.rewrites:
+            out.append(
+                "  token-in/token-out: safe (each prompt renders the new messages as the template does when the next turn "
+                "is generated), "
+                "but once later messages follow it renders:"
+            )
+            out += [f"    {shown!r} as {later!r}" for shown, later in self.rewrites]
+            out.append(
+                "    the trajectory keeps what the model was shown, which a full rendering of the finished "
+                "conversation differs from there"
+            )
+        elif self.tito_safe:
             out.append("  token-in/token-out: safe (incremental rendering reproduces the full rendering)")
         else:
             out.append(f"  token-in/token-out: NOT safe: {self.reason}")
@@ -78,9 +98,12 @@ def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: st
     except TemplateError as exc:
         return TemplateReport(name, enable_thinking, tito_safe=False, reason=str(exc))
     facts = renderer.facts
-    reason = None
+    reason: str | None = None
+    rewrites: tuple[tuple[str, str], ...] = ()
     try:
-        parallel: bool | None = renderer.probe()
+        verdict = renderer.verdict()
+        parallel: bool | None = verdict.parallel_calls
+        rewrites = verdict.rewrites
     except TemplateError as exc:
         parallel, reason = None, str(exc)
     problem = None
@@ -109,6 +132,8 @@ def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: st
         parallel_calls=parallel,
         parser_problem=problem,
         end_tokens=facts.end_tokens,
+        dropped_prompt=facts.dropped_prompt,
+        rewrites=rewrites,
     )
 
 

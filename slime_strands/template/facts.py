@@ -25,11 +25,13 @@ from typing import Any, Literal
 
 from ..strict_reader import is_int
 from .chat_template import ChatTemplate, TemplateError
+from .messages import tool_message
 
 __all__ = [
     "BASE_ASSISTANT",
     "BASE_NOTE",
     "BASE_TOOL",
+    "PROBE_REASONING",
     "PROBE_SYSTEM",
     "PROBE_TOOL",
     "TemplateFacts",
@@ -40,6 +42,7 @@ __all__ = [
     "leading_results",
     "probe_call",
     "probe_conversation",
+    "turn_variants",
     "written_call",
 ]
 
@@ -68,7 +71,8 @@ class TemplateFacts:
     stop_token_ids: tuple[int, ...]
     turn_end: TurnEnd
     generation_prompt: str
-    """What ``add_generation_prompt`` appends after a user turn ("" if it could not be isolated)."""
+    """What ``add_generation_prompt`` appends after a user turn and a prompt ends with ("" if it could not be
+    isolated): the part of the template's own that its rendering of the next assistant turn starts with."""
     arguments_as: Literal["mapping", "json"]
     """How the template wants a tool call's ``arguments``: a mapping, or a JSON string (DeepSeek-V3.1)."""
     tool_role: str
@@ -81,6 +85,12 @@ class TemplateFacts:
     end_token_ids: tuple[int, ...] = ()
     closing_in_place: tuple[int, ...] = ()
     """End tokens that close a turn in place of the template's closing token (Llama 3's ``<|eom_id|>``)."""
+    dropped_prompt: str = ""
+    """What the template's generation prompt adds that its rendering of the next assistant turn does not start
+    with, left out of every prompt (:func:`_dropped_prompt`); "" for a template whose turns start with it."""
+    rewrites: tuple[tuple[str, str], ...] | None = None
+    """What the template renders differently once later messages follow: ``(as the model was shown it, as the
+    full rendering has it)`` pairs of token runs (None: not probed). The trajectory keeps what the model saw."""
 
 
 # -- the base conversation: what new messages are rendered after ------------------------------------------
@@ -156,8 +166,9 @@ def written_call(n: int) -> dict[str, Any]:
     return {**probe_call(n), "id": f"functions.probe_tool:{n}"}
 
 
-def _result(content: str, call: int) -> dict[str, Any]:
-    return {"role": "tool", "content": content, "tool_call_id": probe_call(call)["id"]}
+def _result(content: str, call: int, role: str = "tool") -> dict[str, Any]:
+    """The result of probe call ``call``, in the shape of an episode's (:func:`~.messages.tool_message`)."""
+    return tool_message(content, probe_call(call)["id"], role)
 
 
 def probe_conversation(calls: int) -> list[dict[str, Any]]:
@@ -205,12 +216,14 @@ def detect_facts(template: ChatTemplate) -> TemplateFacts:
         dict.fromkeys(
             (
                 _token_after_base_turn(template, [{"role": "user", "content": "Marker follow-up?"}], False),
-                _token_after_base_turn(template, [{"role": tool_role, "content": "42"}], arguments == "json"),
+                _token_after_base_turn(template, [_result("42", 0, tool_role)], arguments == "json"),
             )
         )
     )
     user = [{"role": "user", "content": _BASE_USER}]
     bare, prompted = template.apply(user, tools, False), template.apply(user, tools, True)
+    prompt = prompted[len(bare) :] if prompted.startswith(bare) else ""
+    dropped = _dropped_prompt(template, bare, prompt)
     turn_end: TurnEnd = "closing token" if len(stop_tokens) == 1 else "next role tag"
     end_tokens = _end_tokens(template, stop_tokens)
     closing = stop_tokens[0] if turn_end == "closing token" else None
@@ -218,7 +231,7 @@ def detect_facts(template: ChatTemplate) -> TemplateFacts:
         stop_tokens=stop_tokens,
         stop_token_ids=tuple(_single_token_id(template, t) for t in stop_tokens),
         turn_end=turn_end,
-        generation_prompt=prompted[len(bare) :] if prompted.startswith(bare) else "",
+        generation_prompt=prompt[: len(prompt) - len(dropped)],
         arguments_as=arguments,
         tool_role=tool_role,
         end_tokens=tuple(end_tokens),
@@ -226,7 +239,62 @@ def detect_facts(template: ChatTemplate) -> TemplateFacts:
         closing_in_place=tuple(
             i for t, i in end_tokens.items() if closing and _CLOSES_IN_PLACE_OF.get(t) == closing
         ),
+        dropped_prompt=dropped,
     )
+
+
+PROBE_REASONING = "Probe reasoning 3d1f."
+
+
+def turn_variants(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An assistant turn as it is and with reasoning, in the two places templates take it from
+    (``reasoning_content``, or ``<think>...</think>`` before the content): the forms the rendering of a turn the
+    model writes can take (a prompt that opens ``<think>`` is followed by reasoning)."""
+    content = str(message.get("content") or "")
+    return [
+        dict(message),
+        {**message, "reasoning_content": PROBE_REASONING},
+        {**message, "content": f"<think>{PROBE_REASONING}</think>{content}"},
+    ]
+
+
+def _dropped_prompt(template: ChatTemplate, bare: str, prompt: str) -> str:
+    """The end of the generation prompt ``prompt`` (appended to ``bare``, a user turn) that the template's own
+    rendering of the next assistant turn, with or without reasoning, does not start with: "" when one starts
+    with the whole prompt or none starts with ``bare``. DeepSeek-V3.2's llama.cpp port ends a user turn with the
+    assistant opening already and adds a stray user tag and a second opening after it, which no rendering of a
+    conversation holds: a prompt keeps the opening the rendering with the turn reproduces (the token runs of the
+    prompt it starts with), when that ends with the same token as the template's prompt (the model continues
+    after the same opening). A prompt whose last token the rendering writes otherwise (DeepSeek-V3.1's
+    ``<think>``, ``</think>`` once its reasoning is dropped) is kept whole."""
+    if not prompt:
+        return ""
+    user: dict[str, Any] = {"role": "user", "content": _BASE_USER}
+    kept = -1
+    for turn in turn_variants({"role": "assistant", "content": BASE_ASSISTANT}):
+        try:
+            rendered = template.apply([user, turn], [PROBE_TOOL], False)
+        except TemplateError:
+            continue
+        if rendered.startswith(bare + prompt):
+            return ""
+        if rendered.startswith(bare):
+            kept = max(kept, _token_prefix(template, prompt, rendered[len(bare) :]))
+    if kept < 0:
+        return ""
+    last = template.decode(template.encode(prompt)[-1:])
+    return prompt[kept:] if (bare + prompt[:kept]).endswith(last) else ""
+
+
+def _token_prefix(template: ChatTemplate, text: str, other: str) -> int:
+    """The length of the longest run of ``text``'s tokens, from its start, that ``other`` starts with."""
+    ids, kept = template.encode(text), 0
+    for n in range(1, len(ids) + 1):
+        head = template.decode(ids[:n])
+        if not (text.startswith(head) and other.startswith(head)):
+            break
+        kept = len(head)
+    return kept
 
 
 def _end_tokens(template: ChatTemplate, stop_tokens: Sequence[str]) -> dict[str, int]:
@@ -247,7 +315,7 @@ def _tool_role(template: ChatTemplate, as_json: bool) -> str:
     result = "Tool result 4b7e for detection."
     for role in _TOOL_ROLES:
         try:
-            rendered, _ = _after_base(template, [{"role": role, "content": result}], as_json)
+            rendered, _ = _after_base(template, [_result(result, 0, role)], as_json)
         except TemplateError as exc:
             errors.append(exc)
             continue

@@ -17,7 +17,14 @@ from typing import Any
 
 from .chat_template import TemplateError
 
-__all__ = ["IMAGE_TEXT", "image_items", "to_template_messages", "to_template_tools", "tool_result_text"]
+__all__ = [
+    "IMAGE_TEXT",
+    "image_items",
+    "to_template_messages",
+    "to_template_tools",
+    "tool_message",
+    "tool_result_text",
+]
 
 IMAGE_TEXT = "[image omitted]"
 """What an image is as plain text (a text-only view of a tool result)."""
@@ -42,6 +49,13 @@ def _content(parts: list[tuple[str, Any]], joiner: str) -> str | list[dict[str, 
         {"type": "image", "image": value} if kind == "image" else {"type": "text", "text": value}
         for kind, value in parts
     ]
+
+
+def tool_message(content: Any, call_id: str | None, role: str = "tool") -> dict[str, Any]:
+    """A tool result as chat templates take it: the one shape of every result an episode renders AND of every
+    result the template probe renders (``facts.py``), so that a template is refused only for what an episode
+    would hit (Mistral Small 3.1's concatenates the ``tool_call_id``, and raises on a message without it)."""
+    return {"role": role, "content": content, "tool_call_id": call_id}
 
 
 def tool_result_text(result: Mapping[str, Any]) -> str:
@@ -142,11 +156,10 @@ def to_template_messages(
         for result in results:
             tool_use_id = result.get("toolUseId")
             out.append(
-                {
-                    "role": "tool",
-                    "content": _content(_result_parts(result, images=images), "\n"),
-                    "tool_call_id": ids.get(tool_use_id, tool_use_id) if tool_use_id else tool_use_id,
-                }
+                tool_message(
+                    _content(_result_parts(result, images=images), "\n"),
+                    ids.get(tool_use_id, tool_use_id) if tool_use_id else tool_use_id,
+                )
             )
         if parts or not results:
             out.append({"role": "user", "content": _content(parts, "\n")})

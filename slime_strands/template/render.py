@@ -26,6 +26,7 @@ base conversation sees them); no generation prompt after tool results (DeepSeek-
 
 from __future__ import annotations
 
+import difflib
 import functools
 import itertools
 import json
@@ -51,9 +52,18 @@ from .facts import (
     leading_results,
     probe_call,
     probe_conversation,
+    turn_variants,
 )
 
-__all__ = ["ChatRenderer", "TemplateError", "check_images", "check_incremental", "render_after_base"]
+__all__ = [
+    "ChatRenderer",
+    "IncrementalVerdict",
+    "TemplateError",
+    "check_images",
+    "check_incremental",
+    "probe_incremental",
+    "render_after_base",
+]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _LITERAL = "\ue000{}\ue001"  # private-use placeholder for a message body during literal encoding
@@ -143,7 +153,8 @@ class ChatRenderer(ChatTemplate):
         """The template's facts (:func:`~slime_strands.template.facts.detect_facts`), probed when asked."""
         self.facts = detect_facts(self)
         if probe:
-            self.facts = replace(self.facts, parallel_calls=check_incremental(self))
+            verdict = probe_incremental(self)
+            self.facts = replace(self.facts, parallel_calls=verdict.parallel_calls, rewrites=verdict.rewrites)
         return _TemplateState(self.facts, _Continuations())
 
     def check_images(self, image_text: str) -> None:
@@ -157,6 +168,11 @@ class ChatRenderer(ChatTemplate):
         returns whether the template renders parallel calls (see
         the module's :func:`check_incremental`)."""
         return check_incremental(self)
+
+    def verdict(self) -> IncrementalVerdict:
+        """What :meth:`probe` finds, with what the template renders differently once later messages follow
+        (see :func:`probe_incremental`); raises TemplateError like it."""
+        return probe_incremental(self)
 
     @property
     def stop_tokens(self) -> tuple[str, ...]:
@@ -189,8 +205,13 @@ class ChatRenderer(ChatTemplate):
         tools: Sequence[Mapping[str, Any]] | None = None,
         add_generation_prompt: bool = True,
     ) -> str:
-        """Full rendering with the tokenizer's template (template-format messages and tools)."""
-        return self.apply([self._adapt(m) for m in messages], tools, add_generation_prompt)
+        """Full rendering with the tokenizer's template (template-format messages and tools); a generation
+        prompt without what the template's rendering of the next turn does not start with (``dropped_prompt``)."""
+        text = self.apply([self._adapt(m) for m in messages], tools, add_generation_prompt)
+        dropped = self.facts.dropped_prompt
+        if add_generation_prompt and dropped and text.endswith(dropped):
+            return text[: -len(dropped)]
+        return text
 
     def _adapt(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
         """A template-format message in the shape this template expects (tool role, arguments type)."""
@@ -477,17 +498,39 @@ def render_after_base(
 # -- incremental rendering ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class IncrementalVerdict:
+    """What :func:`probe_incremental` found about a template that renders incrementally."""
+
+    parallel_calls: bool
+    """Whether the template renders several calls in one turn."""
+    rewrites: tuple[tuple[str, str], ...]
+    """``(as the model was shown it, as the finished conversation's rendering has it)``: token runs (with a
+    token of context either side) of a prompt that the template renders differently once later messages follow
+    (Hermes-3's ``</tool_response><|im_end|>`` becomes ``</tool_response>\\n<|im_end|>``; GLM-4.7's ``<think>``
+    that opened a turn becomes ``</think>``). The trajectory keeps what the model saw."""
+
+
 def check_incremental(renderer: ChatRenderer) -> bool:
+    """:func:`probe_incremental`, for whether the template renders parallel calls."""
+    return probe_incremental(renderer).parallel_calls
+
+
+def probe_incremental(renderer: ChatRenderer) -> IncrementalVerdict:
     """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError.
 
     Walks the probe conversation (:func:`probe_conversation`): every non-assistant block rendered with
     :meth:`render_continuation` must equal what the full rendering puts after the preceding assistant turn, the
     messages must be shown, the token ids of the pieces must concatenate without boundary drift, and what was
     rendered must stay as it was once later messages follow (the first prompt is how the whole conversation
-    starts, each block is what the whole conversation has there, up to its last message's body). Templates may
-    rewrite OLDER assistant turns and the markup opening them (Qwen3, GLM and DeepSeek drop earlier reasoning):
-    that is allowed, since assistant tokens are never re-rendered. Returns whether the template renders parallel calls (Llama 3.2's refuses them, gpt-oss's shows
-    only the first: the probe then uses one call with two results).
+    starts, each block is what the whole conversation has there, up to its last message's body). What follows
+    the last body (its closing markup and the next turn's opening) may be rendered differently once the
+    conversation goes on: each such rewrite is found and returned, since the trajectory keeps what the model was
+    shown. Every prompt must be how the template's rendering with the next assistant turn starts (with or
+    without reasoning in that turn), else the model would read text no rendering of a conversation holds.
+    Templates may rewrite OLDER assistant turns (Qwen3, GLM and DeepSeek drop earlier reasoning): that is allowed,
+    since assistant tokens are never re-rendered. Parallel calls: Llama 3.2's template refuses them, gpt-oss's
+    shows only the first (the probe then uses one call with two results).
     """
     tools = [PROBE_TOOL]
     conversation, parallel = _conversation_rendered(renderer, tools)
@@ -500,9 +543,79 @@ def check_incremental(renderer: ChatRenderer) -> bool:
             "the chat template renders the start of a conversation differently once later messages follow "
             f"(the first prompt is {_around(start, whole)}): the prompt the model saw would not be the template's"
         )
+    sent = renderer.render(first, tools=tools, add_generation_prompt=True)
+    rewrites = _rewrites(renderer, sent, _before_turn(whole, conversation[assistant_at[0]]))
     for i, block_end in itertools.pairwise(assistant_at):
-        _check_block(renderer, conversation, (i, block_end), whole, tools)
-    return parallel
+        rewrites += _check_block(renderer, conversation, (i, block_end), whole, tools)
+    for at in assistant_at:
+        _check_turn_opening(renderer, conversation, at, tools)
+    return IncrementalVerdict(parallel, tuple(dict.fromkeys(rewrites)))
+
+
+def _markers(message: Mapping[str, Any]) -> list[str]:
+    """What shows an assistant turn in a rendering: its content and the notes of its calls."""
+    return [str(message.get("content") or "")] + [
+        c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
+    ]
+
+
+def _before_turn(rendered: str, turn: Mapping[str, Any]) -> str:
+    """``rendered`` up to where it first shows ``turn`` (all of it when it does not)."""
+    found = [p for p in (rendered.find(m) for m in _markers(turn) if m) if p >= 0]
+    return rendered[: min(found)] if found else rendered
+
+
+def _rewrites(renderer: ChatRenderer, sent: str, later: str) -> list[tuple[str, str]]:
+    """The token runs of ``sent`` (a prompt as the model was shown it) that ``later`` (what the rendering of the
+    conversation that goes on has there) writes differently, each with a token of context either side."""
+    if later.startswith(sent):
+        return []
+    shown, after = renderer.encode(sent), renderer.encode(later)
+    found = []
+    matcher = difflib.SequenceMatcher(None, shown, after, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal" or (tag == "insert" and i1 == len(shown)):
+            continue  # what follows the prompt is the next turn's
+        lo, hi = max(0, i1 - 1), min(len(shown), i2 + 1)
+        found.append((renderer.decode(shown[lo:hi]), renderer.decode(after[j1 - (i1 - lo) : j2 + (hi - i2)])))
+    return found
+
+
+def _check_turn_opening(
+    renderer: ChatRenderer, conversation: list[dict[str, Any]], at: int, tools: list[dict[str, Any]]
+) -> None:
+    """The prompt for the assistant turn at ``at`` must be how the template renders the conversation with that
+    turn starts (the turn with or without reasoning), up to the prompt's last token where that is one the
+    rendering of the turn writes otherwise (DeepSeek-V3.1's ``<think>`` becomes ``</think>``), or, for a template
+    that rewrites the closing of the last message once any message follows it (see :func:`_rewrites`), that
+    rendering must hold the generation prompt after the last message's body: else the generation prompt writes
+    text that no rendering of the conversation holds, and the model would read it before every turn."""
+    before = conversation[:at]
+    prompt = renderer.render(before, tools=tools, add_generation_prompt=True)
+    bare = renderer.render(before, tools=tools, add_generation_prompt=False)
+    opening = prompt[len(bare) :] if prompt.startswith(bare) else ""
+    body = str(before[-1].get("content") or "")
+    last = renderer.decode(renderer.encode(prompt)[-1:]) if opening else ""
+    seen = []
+    for turn in turn_variants(conversation[at]):
+        try:
+            rendered = renderer.render([*before, turn], tools=tools, add_generation_prompt=False)
+        except TemplateError:
+            continue
+        after_body = rendered.rfind(body) + len(body) if body and body in rendered else 0
+        if (
+            rendered.startswith(prompt)
+            or rendered.startswith(prompt[: len(prompt) - len(last)])
+            or (opening and rendered.find(opening, after_body) >= 0)
+        ):
+            return
+        seen.append(rendered)
+    apart = _around(prompt, seen[0]) if seen else "no rendering with the turn"
+    raise TemplateError(
+        "the chat template's prompt for an assistant turn is not how it renders the conversation with that turn "
+        f"({apart}): its generation prompt writes text no rendering of the conversation holds, which the model "
+        "would read before every turn"
+    )
 
 
 def check_images(renderer: ChatRenderer, image_text: str) -> bool:
@@ -572,13 +685,11 @@ def _check_block(
     span: tuple[int, int],
     whole: str,
     tools: list[dict[str, Any]],
-) -> None:
-    """The checks of :func:`check_incremental` for the messages between the assistant turns at ``span``."""
+) -> list[tuple[str, str]]:
+    """The checks of :func:`probe_incremental` for the messages between the assistant turns at ``span``; the
+    block's rewrites once the conversation goes on."""
     i, block_end = span
-    message = conversation[i]
-    markers = [message["content"]] + [
-        c["function"]["arguments"]["note"] for c in message.get("tool_calls", [])
-    ]
+    markers = _markers(conversation[i])
     new = conversation[i + 1 : block_end]
     full = renderer.render(conversation[:block_end], tools=tools, add_generation_prompt=True)
     expected = renderer.continuation_after(full, markers)
@@ -606,6 +717,7 @@ def _check_block(
         raise TemplateError(
             "tokenizing the template's pieces separately differs from tokenizing them together"
         )
+    return _rewrites(renderer, expected, _before_turn(later, conversation[block_end]))
 
 
 def _through_last_body(text: str, messages: Sequence[Mapping[str, Any]]) -> str:

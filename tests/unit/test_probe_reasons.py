@@ -10,13 +10,14 @@ import copy
 from typing import Any
 
 import pytest
-from family_kit import TEMPLATES, family_tokenizer
+from family_kit import HERMES_TOKENS, TEMPLATES, family_tokenizer
 from helpers import make_agent, make_model
 from strands import tool
 
 from slime_strands import SGLangModel
 from slime_strands.cli import main
 from slime_strands.cli.checks import check_template
+from slime_strands.errors import ConfigurationError
 from slime_strands.template.probe import detect_tool_parser
 from slime_strands.template.render import ChatRenderer, TemplateError
 from slime_strands.testing import SGLangTestServer
@@ -28,14 +29,6 @@ CHATML = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 """Hermes-3's "default" template: ChatML."""
-HERMES_TOKENS = (
-    "<|im_start|>",
-    "<|im_end|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<tool_response>",
-    "</tool_response>",
-)
 
 
 def _tokenizer(base_family: str, template: Any, added: tuple[str, ...] = (), eos: str | None = None) -> Any:
@@ -170,3 +163,47 @@ def test_a_template_that_moves_the_tools_to_the_last_user_turn_is_refused():
         TemplateError, match="renders the start of a conversation differently once later messages"
     ):
         ChatRenderer(_mistral(moving))
+
+
+@pytest.mark.parametrize("tool_parser", ["auto", "mistral"])
+def test_a_template_that_concatenates_the_results_call_id_is_refused_only_for_what_an_episode_meets(
+    tool_parser,
+):
+    """Mistral Small 3.1 writes a result's ``tool_call_id`` by concatenation (a result without one fails to
+    render): the probe's results carry one, as an episode's do, so the template is refused for the true reason,
+    the tools it moves to the last user message."""
+    from family_kit import variant_tokenizer
+
+    with pytest.raises(TemplateError) as info:
+        SGLangModel(
+            tokenizer=variant_tokenizer("mistral_small31"),
+            base_url="http://127.0.0.1:9",
+            tool_parser=tool_parser,
+        )
+    message = str(info.value)
+    assert "renders the start of a conversation differently once later messages follow" in message
+    assert "[AVAILABLE_TOOLS]" in message and "tool_call_id" not in message
+
+
+def test_the_probe_call_must_be_read_back_alone():
+    """A parser that reads the probe call and then a broken one does not read what the template rendered."""
+    from slime_strands.template.probe import why_unread
+
+    good = '<tool_call>\n{"name": "probe_tool", "arguments": {"x": 1, "note": "probe call 0 e2c4"}}\n</tool_call>'
+    assert why_unread("hermes", (good, False)) is None
+    why = why_unread(
+        "hermes", (good + '\n<tool_call>\n{"name": "probe_tool", "arguments": {"x": \n</tool_call>', False)
+    )
+    assert why is not None and why.startswith("bad_json: "), why
+
+
+def test_a_template_that_renders_a_broken_call_after_each_call_gets_no_parser():
+    """auto picks no parser for a template whose rendered turn holds a good call and a broken one."""
+    broken = (
+        "{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}"
+        '{%- for tc in m.tool_calls or [] -%}\n<tool_call>\n{"name": "{{ tc.function.name }}", "arguments": '
+        '{{ tc.function.arguments | tojson }}}\n</tool_call>\n<tool_call>\n{"name": {%- endfor -%}'
+        "<|im_end|>\n{%- endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    )
+    with pytest.raises(ConfigurationError, match="which no registered parser reads back"):
+        detect_tool_parser(ChatRenderer(_tokenizer("hermes", broken), probe=False))
