@@ -1,0 +1,52 @@
+"""Where ``generate`` runs its episodes: the one place ``rollout_workers`` is looked at.
+
+:func:`runner_for` gives the in-process runner for ``rollout_workers.count: 0`` (the default) and otherwise the
+process's :class:`WorkerPool` of that configuration on this loop (built once; its workers start at the first
+episode). See ``_pool`` for the pool, ``_worker`` for one worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from ..agent.runner import IN_PROCESS, EpisodeRunner
+from ..agent.runtime import Runtime
+from ._pool import PoolState, RolloutWorkersError, WorkerPool
+from ._worker import WorkerInfo, WorkerSetup
+
+__all__ = [
+    "PoolState",
+    "RolloutWorkersError",
+    "WorkerInfo",
+    "WorkerPool",
+    "WorkerSetup",
+    "pools",
+    "runner_for",
+]
+
+_POOLS: list[tuple[asyncio.AbstractEventLoop, WorkerPool]] = []
+
+
+def runner_for(runtime: Runtime) -> EpisodeRunner:
+    """The runner of ``runtime``'s settings: in this process, or this loop's pool of rollout workers."""
+    workers = runtime.settings.rollout_workers
+    if workers.count == 0:
+        return IN_PROCESS
+    per_worker = workers.max_in_flight or max(1, math.ceil(runtime.client.max_connections / workers.count))
+    setup = WorkerSetup(runtime.settings, runtime.client.base_url, per_worker, runtime.tokenizer_path)
+    loop = asyncio.get_running_loop()
+    for held_loop, pool in list(_POOLS):
+        if held_loop.is_closed():  # a finished loop's pool: nothing awaits it any more
+            pool.kill()
+            _POOLS.remove((held_loop, pool))
+        elif held_loop is loop and pool.setup == setup:
+            return pool
+    pool = WorkerPool(setup, workers)
+    _POOLS.append((loop, pool))
+    return pool
+
+
+def pools() -> list[WorkerPool]:
+    """The pools of this process (metrics, tests)."""
+    return [pool for _, pool in _POOLS]
