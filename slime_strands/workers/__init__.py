@@ -8,10 +8,14 @@ episode). See ``_pool`` for the pool, ``_worker`` for one worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import os
+from collections.abc import Iterator
 
 from ..agent.runner import IN_PROCESS, EpisodeRunner
 from ..agent.runtime import Runtime
+from ..settings import PluginSettings
 from ._pool import PoolState, RolloutWorkersError, WorkerPool
 from ._worker import WorkerInfo, WorkerSetup
 
@@ -50,3 +54,38 @@ def runner_for(runtime: Runtime) -> EpisodeRunner:
 def pools() -> list[WorkerPool]:
     """The pools of this process (metrics, tests)."""
     return [pool for _, pool in _POOLS]
+
+
+@contextlib.contextmanager
+def workers_session(settings: PluginSettings) -> Iterator[None]:
+    """For a command run outside slime (``slime-strands eval``) with rollout workers: join ``RAY_ADDRESS``'s
+    cluster, else start a local Ray, for the block; then stop every pool's workers and leave what it joined."""
+    if settings.rollout_workers.count == 0:
+        yield
+        return
+    from ._pool import _ray
+
+    ray = _ray()
+    joined = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS") or None
+        try:
+            ray.init(
+                address=address or "local",
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except Exception as exc:
+            raise RolloutWorkersError(
+                f"rollout_workers: cannot start or join {address or 'a local Ray'}: {type(exc).__name__}: {exc}"
+            ) from None
+        joined = True
+    try:
+        yield
+    finally:
+        for pool in pools():
+            pool.kill()
+        _POOLS.clear()
+        if joined:
+            ray.shutdown()
