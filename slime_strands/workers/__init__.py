@@ -89,3 +89,20 @@ def workers_session(settings: PluginSettings) -> Iterator[None]:
         _POOLS.clear()
         if joined:
             ray.shutdown()
+
+
+def worker_metrics() -> dict[str, float]:
+    """The rollout workers' own metrics (un-prefixed; empty without workers): episodes each worker returned,
+    workers lost, episodes run again and FAILED for it, summed over the process's pools."""
+    out: dict[str, float] = {}
+    index = 0
+    for pool in pools():
+        state = pool.state()
+        for episodes in state.episodes:
+            out[f"workers/episodes/{index}"] = float(episodes)
+            index += 1
+        for key in ("lost_workers", "retried", "failed"):
+            out[f"workers/{key}"] = out.get(f"workers/{key}", 0.0) + float(getattr(state, key))
+    if out:
+        out["workers/count"] = float(index)
+    return out

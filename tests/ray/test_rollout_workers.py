@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import tempfile
@@ -30,7 +31,7 @@ from slime_helpers import (
 from standin_kit import QWEN3_EOS
 from worker_tools import GATE_ENV
 
-from slime_strands import workers
+from slime_strands import metrics, workers
 from slime_strands.errors import ConfigurationError
 from slime_strands.testing import SGLangTestServer
 from slime_strands.testing.invariants import assert_sample_matches_server
@@ -127,7 +128,7 @@ async def _batch(server, count: int, *, evaluation: bool = False) -> list[Any]:
     )
 
 
-async def test_samples_are_identical_in_process_and_on_workers(server, monkeypatch, tokenizer):
+async def test_samples_are_identical_in_process_and_on_workers(server, monkeypatch, tokenizer, caplog):
     install_generate_state(monkeypatch, tokenizer)
     for evaluation in (False, True):
         here = await _batch(server, 0, evaluation=evaluation)
@@ -140,6 +141,17 @@ async def test_samples_are_identical_in_process_and_on_workers(server, monkeypat
     assert len(state.workers) == 2 and len({w.pid for w in state.workers}) == 2
     assert os.getpid() not in {w.pid for w in state.workers}
     assert sorted(state.episodes) == [4, 4] and state.starts == 1  # round-robin ties: 4 each, one start
+    logged = workers.worker_metrics()
+    assert {k: logged[k] for k in ("workers/episodes/0", "workers/episodes/1", "workers/count")} == {
+        "workers/episodes/0": 4.0,
+        "workers/episodes/1": 4.0,
+        "workers/count": 2.0,
+    }
+    assert logged["workers/lost_workers"] == logged["workers/failed"] == 0.0
+    with caplog.at_level(logging.INFO, logger="slime_strands.metrics"):
+        metrics.log_rollout(0, make_args(server, strands=_strands(2)), there)
+    (line,) = [r.getMessage() for r in caplog.records if "slime-strands metrics" in r.getMessage()]
+    assert "'rollout/strands/workers/episodes/1': 4.0" in line and "'rollout/strands/samples': 4.0" in line
 
 
 async def test_samples_are_identical_through_slimes_generate_and_rm(server, slime, tokenizer):
