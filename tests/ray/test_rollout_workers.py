@@ -258,3 +258,41 @@ async def test_slimes_abort_reaches_the_episodes_on_the_workers(server, monkeypa
         assert server.pending(out.session_id) == 1
     with contextlib.suppress(FileNotFoundError):
         (GATE / "open").touch()
+
+
+async def test_a_checkpoint_made_on_a_worker_continues_token_exact_anywhere(server, monkeypatch, tokenizer):
+    """Partial rollout: slime's abort stops episodes on the workers mid-tool; each sample continues (in slime's
+    process for half of them, on the workers for the others) and ends as the same episode run straight
+    through in slime's process, token for token."""
+    state = install_generate_state(monkeypatch, tokenizer)
+    turns = (_hold("x"), CALL_ADD, "Answer: \\boxed{5}")
+    straight = []
+    args0 = make_args(server, partial_rollout=True, strands=_strands(0))
+    args2 = make_args(server, partial_rollout=True, strands=_strands(2))
+    (GATE / "open").touch()
+    for i in range(4):
+        sample = new_sample("Problem", index=i)
+        straight.append(await run(server, args0, sample, *turns))
+    (GATE / "open").unlink()
+    for path in GATE.glob("started-*"):
+        path.unlink()
+    samples = [new_sample("Problem", index=i) for i in range(4)]
+    for sample in samples:
+        server.script(*turns, key=sample.session_id)
+    batch = asyncio.gather(*(rollout_generate(args2, s) for s in samples))
+    await wait_until(lambda: len(_started()) >= 4, "4 episodes holding on the workers")
+    assert {pid for _, pid in _started()} == {w.pid for w in workers.pools()[0].state().workers}
+    state.aborted = True
+    cut = await asyncio.wait_for(batch, 120)
+    assert [s.status for s in cut] == [Sample.Status.ABORTED] * 4
+    state.aborted = False
+    (GATE / "open").touch()
+    continued = await asyncio.gather(
+        *(rollout_generate(args0 if i % 2 else args2, s) for i, s in enumerate(cut))
+    )
+    for out, reference in zip(continued, straight, strict=True):
+        assert out.status == reference.status == Sample.Status.COMPLETED, out.metadata
+        assert out.tokens == reference.tokens and out.response == reference.response
+        assert out.loss_mask == reference.loss_mask and out.rollout_log_probs == reference.rollout_log_probs
+        assert_sample_matches_server(out, server, routing_key=out.session_id)
+        assert record(out).continuations == 1
