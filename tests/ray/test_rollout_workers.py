@@ -265,20 +265,20 @@ async def test_a_checkpoint_made_on_a_worker_continues_token_exact_anywhere(serv
     process for half of them, on the workers for the others) and ends as the same episode run straight
     through in slime's process, token for token."""
     state = install_generate_state(monkeypatch, tokenizer)
-    turns = (_hold("x"), CALL_ADD, "Answer: \\boxed{5}")
+    turns = [(_hold(str(i)), CALL_ADD, "Answer: \\boxed{5}") for i in range(4)]  # one gate file each
     straight = []
     args0 = make_args(server, partial_rollout=True, strands=_strands(0))
     args2 = make_args(server, partial_rollout=True, strands=_strands(2))
     (GATE / "open").touch()
     for i in range(4):
         sample = new_sample("Problem", index=i)
-        straight.append(await run(server, args0, sample, *turns))
+        straight.append(await run(server, args0, sample, *turns[i]))
     (GATE / "open").unlink()
     for path in GATE.glob("started-*"):
         path.unlink()
     samples = [new_sample("Problem", index=i) for i in range(4)]
-    for sample in samples:
-        server.script(*turns, key=sample.session_id)
+    for i, sample in enumerate(samples):
+        server.script(*turns[i], key=sample.session_id)
     batch = asyncio.gather(*(rollout_generate(args2, s) for s in samples))
     await wait_until(lambda: len(_started()) >= 4, "4 episodes holding on the workers")
     assert {pid for _, pid in _started()} == {w.pid for w in workers.pools()[0].state().workers}
