@@ -51,6 +51,7 @@ from ._slime.config import SlimeConfig
 from .agent.record import EpisodeRecord, has_malformed_record
 from .errors import SlimeStrandsError
 from .strict_reader import is_number
+from .workers import worker_metrics
 
 __all__ = [
     "SERVER_KEYS",
@@ -313,7 +314,12 @@ def log_rollout(
     try:
         flat = _flatten(samples)
         _warn_malformed(flat)
-        metrics = {f"rollout/strands/{k}": v for k, v in {**aggregate(flat), **server_metrics(args)}.items()}
+        found = {
+            **aggregate(flat),
+            **server_metrics(args),
+            **worker_metrics(),
+        }  # records came back from workers
+        metrics = {f"rollout/strands/{k}": v for k, v in found.items()}
         _emit(args, metrics, rollout_id, step_key="rollout/step")
     except Exception:
         logger.warning("slime-strands: rollout metrics failed (training continues)", exc_info=True)

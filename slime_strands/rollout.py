@@ -54,10 +54,11 @@ from ._slime.partial_rollout import (
 )
 from ._slime.sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
 from .agent.checkpoint import EpisodeCheckpoint
-from .agent.episode import run_episode
 from .agent.record import EpisodeRecord, RewardRule, Termination
+from .agent.runner import EpisodeJob
 from .agent.runtime import Runtime
 from .errors import ConfigurationError
+from .workers import runner_for
 
 __all__ = ["generate"]
 
@@ -126,17 +127,13 @@ async def _run(
         vision = await runtime.vision()
         contract = sample_contract(slime, sampling_params, evaluation, vision)
         spec = episode_spec(slime, sample, sampling_params, evaluation, contract)
-        await runtime.preflight(tokenizer, spec.chat_template_kwargs)
-        record = await run_episode(
-            tokenizer,
-            runtime.client,
-            runtime.settings,
-            spec,
-            tools=runtime.tools(),
-            abort_signal=None if state is None else runtime.abort_signal(state),
+        job = EpisodeJob(spec, resume=checkpoint, keep_checkpoint=keep_checkpoint)
+        record = await runner_for(runtime).run(  # in this process, or on a rollout worker
+            runtime,
+            job,
+            tokenizer=tokenizer,
             vision=vision,
-            resume=checkpoint,
-            keep_checkpoint=keep_checkpoint,
+            abort=None if state is None else runtime.abort_signal(state),
         )
     except (ConfigurationError, asyncio.CancelledError):
         raise

@@ -52,6 +52,7 @@ __all__ = [
     "PluginSettings",
     "RayPoolSettings",
     "RewardSettings",
+    "RolloutWorkersSettings",
     "SandboxSettings",
     "SettingsError",
     "settings_from_slime",
@@ -311,6 +312,41 @@ _STRATEGY_KNOBS = {
 
 
 @dataclass(frozen=True)
+class RolloutWorkersSettings:
+    """Where agent episodes run: in slime's process (``count: 0``), or on a pool of Ray actors ("rollout
+    workers") spread over the cluster, each running its share of the episodes on its own event loop (one
+    process's loop carries ~500 agent turns/s: docs/slime.md says when to turn it on)."""
+
+    count: int = 0
+    """Rollout workers (Ray actors, SPREAD over the nodes, CPU only); 0 runs every episode in slime's process."""
+    custom_resource: str | None = None
+    """A custom Ray resource each worker needs one unit of (only nodes started with it host workers)."""
+    max_in_flight: int | None = None
+    """Episodes one worker runs at once; null: slime's concurrency (the router's pool) / ``count``."""
+    cpus_per_worker: float = 1.0
+    """Ray CPUs each worker reserves."""
+    max_waiting: int = 100_000
+    """Episodes that may wait for a free worker; one more ends FAILED at once (memory stays bounded)."""
+    start_timeout_s: float = 180.0
+    """How long the first sample waits for the workers to start before it stops the run."""
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise SettingsError(f"rollout_workers.count must be >= 0, got {self.count!r}")
+        if self.max_in_flight is not None and self.max_in_flight <= 0:
+            raise SettingsError(
+                f"rollout_workers.max_in_flight must be > 0 or null, got {self.max_in_flight!r}"
+            )
+        for name in ("max_waiting", "start_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"rollout_workers.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.cpus_per_worker < 0:
+            raise SettingsError(f"rollout_workers.cpus_per_worker must be >= 0, got {self.cpus_per_worker!r}")
+        if self.custom_resource is not None and not self.custom_resource.strip():
+            raise SettingsError("rollout_workers.custom_resource must be a resource name or null")
+
+
+@dataclass(frozen=True)
 class PluginSettings:
     """Everything the rollout plugin can be told; defaults give the seeds' math agent."""
 
@@ -376,6 +412,8 @@ class PluginSettings:
     raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands
     copies every conversation twice per model call, so at hundreds of agents per process the default makes
     garbage collection over a third of the client's CPU (docs/performance.md, "Garbage collection")."""
+    rollout_workers: RolloutWorkersSettings = field(default_factory=RolloutWorkersSettings)
+    """Where episodes run: slime's process (the default) or a Ray pool of rollout workers."""
 
     @property
     def fans_out(self) -> bool:

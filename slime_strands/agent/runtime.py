@@ -65,6 +65,11 @@ class Runtime:
     def __repr__(self) -> str:
         return f"Runtime({self.client!r}, tokenizer={self._tokenizer_path!r})"
 
+    @property
+    def tokenizer_path(self) -> str | None:
+        """Where the tokenizer loads from (a rollout worker loads its own copy from there)."""
+        return self._tokenizer_path
+
     async def tokenizer(self) -> Any:
         """The tokenizer given at construction, else ``AutoTokenizer(tokenizer_path)``, loaded once per process."""
         if self._tokenizer is None:

@@ -125,6 +125,7 @@ def _eval(ns: argparse.Namespace) -> int:
         max_response_len=ns.max_response_len,
         sampling_params=_sampling_param_flags(ns.sampling_param or []),
         sandbox_placement=ns.sandbox_placement,
+        rollout_workers=ns.rollout_workers,
     )
     try:
         report = run_eval(options)
@@ -476,6 +477,13 @@ def _add_eval_inputs(p: argparse._ArgumentGroup) -> None:
         choices=SANDBOX_PLACEMENTS,
         help="where the model's code runs, over the config's sandbox.placement: local (this process) or ray (a "
         "pool of Ray actors, sandbox.ray: joins the cluster at RAY_ADDRESS, else starts a local Ray)",
+    )
+    p.add_argument(
+        "--rollout-workers",
+        metavar="N",
+        type=int,
+        help="run the episodes on N Ray rollout workers, over the config's rollout_workers.count (0: in this "
+        "process; joins the cluster at RAY_ADDRESS, else starts a local Ray)",
     )
 
 

@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("slime_strands.settings",),  # the frozen plugin settings; owns every default and choice list
     ("slime_strands.sandbox",),  # model-written code, isolated
     ("slime_strands.agent",),  # one episode: Agent, record, compaction, sub-agents, limits, pacing
+    ("slime_strands.workers",),  # where episodes run: the Ray pool of rollout workers
     ("slime_strands._slime",),  # reading slime's args / Sample / GenerateState, writing Samples
     (  # slime's hooks and the trajectory file
         "slime_strands.rollout",

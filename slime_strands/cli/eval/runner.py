@@ -27,8 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ...agent.episode import EpisodeSpec, run_episode
+from ...agent.episode import EpisodeSpec
 from ...agent.record import METADATA_KEY, EpisodeRecord, RewardRule, Termination
+from ...agent.runner import EpisodeJob
 from ...agent.runtime import Runtime, client_for
 from ...errors import ConfigurationError
 from ...provider.client import SGLangClient
@@ -38,11 +39,12 @@ from ...provider.sampling import merge_sampling_params
 from ...provider.sampling_ranges import range_problems
 from ...reward import accuracy
 from ...sandbox import placement_session
-from ...settings import PluginSettings, RayPoolSettings, SettingsError
+from ...settings import PluginSettings, RayPoolSettings, RolloutWorkersSettings, SettingsError
 from ...template.render import ChatRenderer
 from ...template.tokenizer_loading import load_tokenizer
 from ...trajectories.config_digest import ConfigDigest
 from ...trajectories.file import TrajectoryRow, TrajectoryWriter, row_key
+from ...workers import runner_for, workers_session
 from ..errors import EXIT_FAILURES, EXIT_OK, EXIT_SERVER, CommandError
 from .data import EvalPrompt, load_prompts
 from .digest import served_model, settings_part, tokenizer_part, tools_part
@@ -77,6 +79,8 @@ class EvalOptions:
     """``--sampling-param`` flags: on top of the config's ``strands.sampling_params`` (a flag wins)."""
     sandbox_placement: str | None = None
     """``--sandbox-placement``: over the config's ``sandbox.placement`` (None keeps it)."""
+    rollout_workers: int | None = None
+    """``--rollout-workers``: over the config's ``rollout_workers.count`` (None keeps it)."""
 
 
 @dataclass
@@ -103,6 +107,9 @@ def run_eval(options: EvalOptions) -> EvalReport:
     the served model), then run."""
     prompts = load_prompts(options.data, limit=options.limit)
     settings = _with_placement(_settings(options.config, options.sampling_params), options.sandbox_placement)
+    if options.rollout_workers is not None:
+        count = RolloutWorkersSettings(**{**vars(settings.rollout_workers), "count": options.rollout_workers})
+        settings = dataclasses.replace(settings, rollout_workers=count)
     wandb = require_wandb() if options.wandb_project else None
     if options.out:
         check_writable(options.out)
@@ -113,7 +120,10 @@ def run_eval(options: EvalOptions) -> EvalReport:
     tokenizer = load_tokenizer(options.tokenizer)
     evaluator = _Evaluator(options, settings, tokenizer, prompts, resumed, wandb)
     evaluator.vision = _vision(options.tokenizer)
-    with placement_session(settings.sandbox):  # Ray: joins RAY_ADDRESS or starts one; the pool stops after
+    with (
+        placement_session(settings.sandbox),
+        workers_session(settings),
+    ):  # Ray: joins RAY_ADDRESS or starts one
         return asyncio.run(evaluator.run())
 
 
@@ -226,7 +236,9 @@ class _Evaluator:
     async def run(self) -> EvalReport:
         options, settings = self.options, self.settings
         client = client_for(settings, options.base_url, max_connections=options.concurrency)
-        runtime = Runtime(settings, client, tokenizer=self.tokenizer, vision=self.vision)
+        runtime = Runtime(
+            settings, client, tokenizer=self.tokenizer, tokenizer_path=options.tokenizer, vision=self.vision
+        )
         writer: TrajectoryWriter | None = None
         io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slime-strands-eval-writer")
         log: WandbEvalLog | None = None
@@ -350,17 +362,16 @@ class _Evaluator:
     ) -> None:
         loop = asyncio.get_running_loop()
         runtime = sinks.runtime
-        tools = runtime.tools()
-        specs = template_tools(tools)
+        specs = template_tools(runtime.tools())
+        runner = runner_for(runtime)
         for prompt, sample in pending:  # one shared iterator: each pair is taken by exactly one worker
             progress.started()
-            record = await run_episode(
-                self.tokenizer,
-                runtime.client,
-                self.settings,
-                self._spec(prompt, sample),
-                tools=tools,
+            record = await runner.run(  # in this process, or on a rollout worker
+                runtime,
+                EpisodeJob(self._spec(prompt, sample), keep_checkpoint=False),
+                tokenizer=self.tokenizer,
                 vision=self.vision,
+                abort=None,
             )
             failing = record.termination is Termination.FAILED and sinks.watch.failing
             if failing and not await sinks.watch.alive():
