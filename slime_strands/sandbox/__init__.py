@@ -30,6 +30,7 @@ from typing import Any
 from strands import tool
 
 from ..errors import ConfigurationError
+from ..provider.tool_output import FIGURE_NAME_KEY
 from ..settings import SandboxSettings
 from ._host import HOST
 from ._placements import placement, runner
@@ -122,8 +123,12 @@ async def execute_python_code(code: str) -> dict[str, Any]:
         return {"status": "error", "content": [{"text": f"[sandbox error: {exc}]"}]}
     # A raise, timeout or kill is a tool error (counted in the rollout metrics); the model sees the same text.
     # With sandbox.return_figures the image files the run saved follow it (a vision-language model sees them).
+    # Each names its file (FIGURE_NAME_KEY): the model's side says "[figure NAME: attached]" beside one it
+    # shows, and names the file and the reason for one it cannot.
     figures = [
-        {"image": {"format": f.format, "source": {"bytes": f.data}}} for f in result.figures if f.format
+        {"image": {"format": f.format, "source": {"bytes": f.data}, FIGURE_NAME_KEY: f.name}}
+        for f in result.figures
+        if f.format
     ]
     return {
         "status": "success" if result.ok else "error",
