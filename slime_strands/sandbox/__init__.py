@@ -53,6 +53,7 @@ __all__ = [
     "ensure_isolation",
     "execute_python_code",
     "placement_session",
+    "pool_summary",
     "run_python",
 ]
 
@@ -87,6 +88,21 @@ async def run_python(code: str, settings: SandboxSettings | None = None) -> Exec
     Raises :class:`SandboxIsolationError` when the settings require isolation and none works here, and
     :class:`SandboxPoolError` when the Ray pool cannot start."""
     return await runner(settings or HOST.settings).run(code)
+
+
+def pool_summary(settings: SandboxSettings) -> str | None:
+    """One line saying which pool runs the model's code, once it started (``placement: ray``); None for a
+    placement in this process. A command prints it: a user who asked for a pool sees that one was used."""
+    pool = HOST.started_shared(settings)
+    state = pool.state() if isinstance(pool, RayPool) else None
+    if state is None or not state.workers:
+        return None
+    nodes = len({worker.node_id for worker in state.workers})
+    backends = ", ".join(sorted({worker.backend for worker in state.workers})) or "none started"
+    return (
+        f"sandbox: the model's code runs on a Ray pool of {len(state.workers)} worker(s) x "
+        f"{settings.ray.slots_per_worker} slot(s) on {nodes} node(s) (isolated by {backends})"
+    )
 
 
 @contextlib.contextmanager
