@@ -129,8 +129,8 @@ class Vision:
                 size = image.size
         except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
             why = "" if isinstance(exc, UnidentifiedImageError) else f" ({exc})"
-            raise InputError(
-                f"an image block's bytes are not a {fmt} image{why}: send the file's bytes"
+            raise InputError(  # the message may reach the model (a figure it saved): the hint is a caller's
+                f"the bytes are not a {fmt} image{why}", hint="pass the image file's own bytes"
             ) from exc
         limit = _OVERSIZE * int(
             getattr(getattr(self.image_processor, "size", None), "longest_edge", None) or 1 << 24

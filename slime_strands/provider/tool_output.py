@@ -19,10 +19,15 @@ from ..template.render import ChatRenderer
 from .images import TrajectoryImage, Vision
 from .model_stats import ModelStats
 
-__all__ = ["ToolOutputFitter"]
+__all__ = ["FIGURE_NAME_KEY", "ToolOutputFitter"]
 
 _MIN_TRUNCATED_TOOL_TOKENS = 32
 _CHARS_PER_TOKEN_BOUND = 16
+FIGURE_NAME_KEY = "slime_strands_file"
+"""Key of a Strands image content naming the file a sandbox run saved it as (``sandbox.return_figures``): the
+line beside it says ``[figure NAME: attached]`` when the model is shown it, ``[figure NAME not shown: why]``
+when not."""
+
 _MARKER = "\n... [{} tokens of tool output truncated] ...\n"
 
 Encoded = dict[int, list[int]]
@@ -55,27 +60,37 @@ class ToolOutputFitter:
         for message in template_messages:
             if message["role"] != "tool" or not isinstance(message["content"], list):
                 continue
-            parts, left = message["content"], limit
-            texts = [part for part in parts if part.get("type") == "text"]  # the tool's own, not our notes
-            for i, part in enumerate(parts):
+            left = limit
+            texts = [part for part in message["content"] if part.get("type") == "text"]  # the tool's own
+            parts: list[dict[str, Any]] = []
+            for part in message["content"]:
                 if part.get("type") != "image":
+                    parts.append(part)
                     continue
+                name = part["image"].get(FIGURE_NAME_KEY)
                 try:
                     image = vision.image(part["image"])
                 except InputError as exc:
-                    parts[i] = _not_shown(str(exc))
+                    parts.append(_not_shown(str(exc), name))
                     continue
                 tokens = image.tokens
                 if left is None or tokens <= left:
                     left = None if left is None else left - tokens
                     shown[id(part["image"])] = image
+                    if name is not None:
+                        parts.append({"type": "text", "text": f"\n[figure {name}: attached]"})
+                    parts.append(part)
                     continue
-                parts[i] = _not_shown(
-                    f"its {tokens} tokens would take the output past the {limit} a tool output may hold "
-                    "(max_tool_output_tokens): save it smaller"
+                parts.append(
+                    _not_shown(
+                        f"its {tokens} tokens would take the output past the {limit} a tool output may hold "
+                        "(max_tool_output_tokens): save it smaller",
+                        name,
+                    )
                 )
                 if stats is not None:
                     stats.tool_outputs_truncated += 1
+            message["content"] = parts
             if all(part.get("type") == "text" for part in parts):
                 message["content"] = "\n".join(part["text"] for part in parts)
             elif left is not None and texts:
@@ -156,5 +171,7 @@ def _cut_chars(text: str, limit: int) -> str:
     )
 
 
-def _not_shown(why: str) -> dict[str, str]:
-    return {"type": "text", "text": f"\n[image not shown: {why}]"}
+def _not_shown(why: str, name: str | None) -> dict[str, str]:
+    """The line in place of an image the model cannot be shown: the file it is (a figure's) and why."""
+    what = f"figure {name}" if name is not None else "image"
+    return {"type": "text", "text": f"\n[{what} not shown: {why}]"}

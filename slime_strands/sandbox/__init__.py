@@ -30,6 +30,7 @@ from typing import Any
 from strands import tool
 
 from ..errors import ConfigurationError
+from ..provider.tool_output import FIGURE_NAME_KEY
 from ..settings import SandboxSettings
 from ._host import HOST
 from ._placements import placement, runner
@@ -52,6 +53,7 @@ __all__ = [
     "ensure_isolation",
     "execute_python_code",
     "placement_session",
+    "pool_summary",
     "run_python",
 ]
 
@@ -88,6 +90,21 @@ async def run_python(code: str, settings: SandboxSettings | None = None) -> Exec
     return await runner(settings or HOST.settings).run(code)
 
 
+def pool_summary(settings: SandboxSettings) -> str | None:
+    """One line saying which pool runs the model's code, once it started (``placement: ray``); None for a
+    placement in this process. A command prints it: a user who asked for a pool sees that one was used."""
+    pool = HOST.started_shared(settings)
+    state = pool.state() if isinstance(pool, RayPool) else None
+    if state is None or not state.workers:
+        return None
+    nodes = len({worker.node_id for worker in state.workers})
+    backends = ", ".join(sorted({worker.backend for worker in state.workers})) or "none started"
+    return (
+        f"sandbox: the model's code runs on a Ray pool of {len(state.workers)} worker(s) x "
+        f"{settings.ray.slots_per_worker} slot(s) on {nodes} node(s) (isolated by {backends})"
+    )
+
+
 @contextlib.contextmanager
 def placement_session(settings: SandboxSettings) -> Iterator[None]:
     """For a command run outside any cluster (``slime-strands eval``): make the placement of ``settings``
@@ -122,8 +139,12 @@ async def execute_python_code(code: str) -> dict[str, Any]:
         return {"status": "error", "content": [{"text": f"[sandbox error: {exc}]"}]}
     # A raise, timeout or kill is a tool error (counted in the rollout metrics); the model sees the same text.
     # With sandbox.return_figures the image files the run saved follow it (a vision-language model sees them).
+    # Each names its file (FIGURE_NAME_KEY): the model's side says "[figure NAME: attached]" beside one it
+    # shows, and names the file and the reason for one it cannot.
     figures = [
-        {"image": {"format": f.format, "source": {"bytes": f.data}}} for f in result.figures if f.format
+        {"image": {"format": f.format, "source": {"bytes": f.data}, FIGURE_NAME_KEY: f.name}}
+        for f in result.figures
+        if f.format
     ]
     return {
         "status": "success" if result.ok else "error",

@@ -99,6 +99,11 @@ class SandboxHost:
         if shared is not None:
             shared.retire()
 
+    def started_shared(self, settings: SandboxSettings) -> CodeRunner | None:
+        """The process-wide runner for ``settings`` when there is one (none is created)."""
+        with self._lock:
+            return self._shared.get(settings)
+
     def shared_runners(self) -> list[CodeRunner]:
         """The process-wide runners, forgotten here (the caller closes them)."""
         with self._lock:

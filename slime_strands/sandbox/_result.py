@@ -84,10 +84,9 @@ class ExecutionResult:
             name = signal.Signals(self.signal).name if self.signal in signal.valid_signals() else self.signal
             reason = {"SIGXCPU": ": CPU time limit", "SIGXFSZ": ": file size limit"}.get(str(name), "")
             parts.append(f"[killed by {name}{reason}]")
-        for figure in self.figures:
-            parts.append(
-                f"[figure {figure.name}: attached]" if figure.format else f"[{figure.name}: not an image]"
-            )
+        for figure in self.figures:  # an image's own line comes with it (the model's side: shown or why not)
+            if not figure.format:
+                parts.append(f"[{figure.name}: not an image]")
         if self.output_truncated:
             parts.append("[output limit: only the head and tail were kept]")
         if self.exit_code not in (0, None) and not self.memory_exceeded:

@@ -121,15 +121,21 @@ async def test_the_python_tool_shows_the_figure_the_code_saved_and_names_those_i
     tool_turn = server.generate_requests[1].body
     assert len(tool_turn["image_data"]) == 2
     shown = server.tokenizer.decode(tool_turn["input_ids"])
+    assert shown.count("attached]") == 1 and "[figure triangle.png: attached]" in shown, shown
     if code == PLOT_CODE:
-        assert "[image not shown: " not in shown
+        assert "not shown: " not in shown
         return
-    assert shown.count("[image not shown: ") == 3, shown
-    assert "bytes are not a png image: " in shown and "decompression bomb" in shown
+    assert shown.count(" not shown: ") == 3 and "[image not shown" not in shown, shown
+    assert "[figure bad.png not shown: the bytes are not a png image]" in shown
+    assert "[figure bomb.png not shown: " in shown and "decompression bomb" in shown
+    assert "send the file" not in shown, "no hint addressed to a tool's author"
     if family == "qwen2.5-vl":  # over 4 x the processor's largest area: refused before any decoding
-        assert "8000 x 8000 pixels is more than" in shown
+        assert "[figure huge.png not shown: an image of 8000 x 8000 pixels is more than" in shown
     else:  # Qwen3-VL's largest area is 16.7 M pixels: 16384 pads, past the output's 4096 tokens
-        assert "its 16384 tokens would take the output past the 4096 a tool output may hold" in shown
+        assert (
+            "[figure huge.png not shown: its 16384 tokens would take the output past the 4096 a tool output may "
+            "hold" in shown
+        )
 
 
 @pytest.mark.parametrize("through", ["the data", "sandbox.return_figures"])

@@ -47,6 +47,14 @@ def _eval(server, tmp_path: Path, name: str, *extra: str) -> dict:
         timeout=300,
     )
     assert code == 0, stderr
+    pool_lines = [line for line in stderr.splitlines() if line.startswith("sandbox: ")]
+    if "--sandbox-placement" in extra:  # the user asked for a pool: one line says it was used, and which
+        assert len(pool_lines) == 1, stderr
+        assert pool_lines[0].startswith(
+            "sandbox: the model's code runs on a Ray pool of 2 worker(s) x 4 slot(s) on 1 node(s) (isolated by "
+        ), pool_lines
+    else:
+        assert pool_lines == [], stderr
     rows = latest(read_rows(out))
     for row in rows.values():
         check_row(row, server)

@@ -670,7 +670,7 @@ async def test_figures_a_run_saves_come_back_only_when_asked(sandbox):
     assert [(f.name, f.format) for f in result.figures] == [("fake.png", None), ("plot.png", "png")]
     plot = result.figures[1].data
     assert plot.startswith(b"\x89PNG") and len(plot) < 200
-    assert result.to_model_text() == "saved\n[fake.png: not an image]\n[figure plot.png: attached]"
+    assert result.to_model_text() == "saved\n[fake.png: not an image]", "an image's own line comes with it"
 
 
 # -- the tool ---------------------------------------------------------------------------------------

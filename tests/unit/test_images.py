@@ -4,6 +4,8 @@ SGLang 0.5.23 behaviour, slime's image prompts, and the template check of a visi
 from __future__ import annotations
 
 import base64
+import struct
+import zlib
 
 import pytest
 from vlm_kit import IMAGE_PAD, QWEN3_VL, QWEN25_VL, VL_FAMILIES, image_block, png, vl_tokenizer, vl_vision
@@ -242,3 +244,33 @@ def test_the_template_check_refuses_images_numbered_across_the_conversation(fami
 def test_the_template_check_refuses_a_text_template_for_a_vision_model(tokenizer):
     with pytest.raises(TemplateError, match="cannot render images"):
         ChatRenderer(tokenizer).check_images("<|image_pad|>")
+
+
+def test_a_figures_line_names_its_file_and_says_attached_only_when_shown():
+    """A run saved plot.png, bad.png (PNG's signature, then garbage) and huge.png (a header of 8000 x 8000):
+    the model reads `attached` beside the one figure it is shown, and for each other one a line naming the file
+    and the reason, in words addressed to it (no hint for a tool's author)."""
+    from slime_strands.provider.tool_output import FIGURE_NAME_KEY, ToolOutputFitter
+
+    def figure(name: str, data: bytes) -> dict:
+        return {**image_block(data)["image"], FIGURE_NAME_KEY: name}
+
+    header = b"IHDR" + struct.pack(">IIBBBBB", 8000, 8000, 8, 2, 0, 0, 0)  # a header only: no pixel data
+    end = struct.pack(">I", 0) + b"IEND" + struct.pack(">I", zlib.crc32(b"IEND"))
+    huge = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + header + struct.pack(">I", zlib.crc32(header)) + end
+    plot, bad = figure("plot.png", png(40, 30)), figure("bad.png", b"\x89PNG\r\n\x1a\n" + b"not a png at all")
+    message = {
+        "role": "tool",
+        "content": [{"type": "text", "text": "plotted"}, *_images(plot, bad, figure("huge.png", huge))],
+    }
+    shown = ToolOutputFitter(
+        ChatRenderer(vl_tokenizer(QWEN25_VL)), {"max_tool_output_tokens": 4096}
+    ).fit_image_outputs([message], vl_vision(QWEN25_VL), None)
+    assert list(shown) == [id(plot)]
+    parts = message["content"]
+    assert [p["type"] for p in parts] == ["text", "text", "image", "text", "text"]
+    assert parts[1]["text"] == "\n[figure plot.png: attached]" and parts[2]["image"] is plot
+    assert parts[3]["text"].startswith("\n[figure bad.png not shown: the bytes are not a png image")
+    assert parts[4]["text"].startswith("\n[figure huge.png not shown: an image of 8000 x 8000 pixels")
+    texts = " ".join(p["text"] for p in parts if p["type"] == "text")
+    assert texts.count("attached") == 1 and "send the file" not in texts and "image not shown" not in texts

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import sys
 import types
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +39,7 @@ from ...provider.model import SGLangModel
 from ...provider.sampling import merge_sampling_params
 from ...provider.sampling_ranges import range_problems
 from ...reward import accuracy
-from ...sandbox import placement_session
+from ...sandbox import placement_session, pool_summary
 from ...settings import PluginSettings, RayPoolSettings, RolloutWorkersSettings, SettingsError
 from ...template.render import ChatRenderer
 from ...template.tokenizer_loading import load_tokenizer
@@ -298,6 +299,8 @@ class _Evaluator:
         """What would fail every episode alike, before the first one: tools, template, the server, and a
         ``--out`` file of another configuration."""
         await runtime.preflight(self.tokenizer, {})  # tools import, template probe: ConfigurationError
+        if (summary := pool_summary(self.settings.sandbox)) is not None:
+            print(summary, file=sys.stderr, flush=True)  # --sandbox-placement ray: the pool that was used
         client = runtime.client  # answered /health before the tokenizer loaded (_require_server)
         loop = asyncio.get_running_loop()
         self.digest = ConfigDigest.of(
