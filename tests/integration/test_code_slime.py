@@ -75,7 +75,9 @@ async def test_generate_and_rm_grades_the_final_program_in_the_sandbox(slime, to
         args = code_args(server)
         samples = {}
         for name, turns in scripts.items():
-            sample = slime.Sample(prompt="Write add(a, b).", label=LABEL, index=0, session_id=str(uuid.uuid4()))
+            sample = slime.Sample(
+                prompt="Write add(a, b).", label=LABEL, index=0, session_id=str(uuid.uuid4())
+            )
             server.script(*turns, key=sample.session_id)
             samples[name] = sample
         done = await asyncio.gather(
