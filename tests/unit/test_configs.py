@@ -16,6 +16,7 @@ from slime_strands.settings import (
     RayPoolSettings,
     RewardSettings,
     SandboxSettings,
+    StalenessSettings,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +93,7 @@ def test_plugin_config_spells_out_every_setting():
     assert set(section["sandbox"]["ray"]) == _fields(RayPoolSettings)
     assert set(section["reward"]) == _fields(RewardSettings)
     assert set(section["compaction"]) == _fields(CompactionSettings)
+    assert set(section["staleness"]) == _fields(StalenessSettings)
     assert PluginSettings.from_yaml(PLUGIN_CONFIG) == PluginSettings(), "the defaults, spelled out"
 
 
@@ -121,7 +123,13 @@ def _comment_blocks(text: str) -> dict[str, str]:
 def _defaults(cls, prefix: str) -> dict[str, object]:
     out = {}
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(f.type) or f.name in ("sandbox", "reward", "compaction", "ray"):
+        if dataclasses.is_dataclass(f.type) or f.name in (
+            "sandbox",
+            "reward",
+            "compaction",
+            "ray",
+            "staleness",
+        ):
             continue
         value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         out[f"{prefix}{f.name}"] = list(value) if isinstance(value, tuple) else value
@@ -136,6 +144,7 @@ def test_every_key_is_commented_with_its_true_default():
         **_defaults(RayPoolSettings, "strands.sandbox.ray."),
         **_defaults(RewardSettings, "strands.reward."),
         **_defaults(CompactionSettings, "strands.compaction."),
+        **_defaults(StalenessSettings, "strands.staleness."),
     }
     for key, default in defaults.items():
         comment = blocks.get(key, "")
