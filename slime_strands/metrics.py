@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._slime.config import SlimeConfig
+from ._slime.staleness import staleness_metrics
 from .agent.record import EpisodeRecord, has_malformed_record
 from .errors import SlimeStrandsError
 from .strict_reader import is_number
@@ -169,6 +170,7 @@ def aggregate(samples: Iterable[Any]) -> dict[str, float]:
     out["subagents_mean"] = total("subagents") / n
     out["regenerated_rate"] = sum(1 for r in records if r.regenerations > 0) / n
     out.update(_continuation_metrics(records))
+    out.update(staleness_metrics(records))
     parse_errors: Counter[str] = Counter()
     for r in records:
         parse_errors.update(r.parse_errors)

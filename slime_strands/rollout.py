@@ -53,6 +53,7 @@ from ._slime.partial_rollout import (
     take_checkpoint,
 )
 from ._slime.sample_writer import SampleContract, reset_for_generation, write_sample, write_samples
+from ._slime.staleness import bound_staleness
 from .agent.checkpoint import EpisodeCheckpoint
 from .agent.record import EpisodeRecord, RewardRule, Termination
 from .agent.runner import EpisodeJob
@@ -97,6 +98,9 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
         regenerations=attempts,
         wall_time_s=time.perf_counter() - started,
         offpolicy_masked_tokens=carried,
+    )
+    record = bound_staleness(
+        record, slime.settings.staleness, before_continuation=contract.mask_offpolicy, training=not evaluation
     )
     samples, record = await _write(slime, sample, record, contract, tokenizer, fan_out=fan_out)
     save_checkpoint(sample, record)

@@ -49,6 +49,7 @@ __all__ = [
     "REWARD_KINDS",
     "SANDBOX_BACKENDS",
     "SANDBOX_PLACEMENTS",
+    "STALENESS_ACTIONS",
     "CodeRewardSettings",
     "CompactionSettings",
     "PluginSettings",
@@ -57,6 +58,7 @@ __all__ = [
     "RolloutWorkersSettings",
     "SandboxSettings",
     "SettingsError",
+    "StalenessSettings",
     "settings_from_slime",
 ]
 
@@ -350,6 +352,45 @@ class CompactionSettings:
             )
 
 
+STALENESS_ACTIONS = ("mask", "drop")
+"""Values of ``staleness.on_exceed``."""
+
+
+@dataclass(frozen=True)
+class StalenessSettings:
+    """How old a trained token may be, in weight versions (see ``slime_strands._slime.staleness``).
+
+    An episode slime aborts at a weight update and continues afterwards (``--partial-rollout``, the fully-async
+    rollout) holds tokens of several policies; a token's version is the ``weight_version`` of the server answer
+    it came in, and "the newest" is the newest version the episode saw."""
+
+    max_versions: int | None = None
+    """None: no bound. K: tokens from more than K versions before the newest are not trained (K = 0 trains
+    only the newest version's tokens, as ``--mask-offpolicy-in-partial-rollout`` does)."""
+    on_exceed: str = "mask"
+    """``mask``: those tokens get loss mask 0 and stay in the context (a sample left with no trained token is
+    removed from training); ``drop``: an episode whose trained tokens span more than K versions ends FAILED
+    (left out of its group)."""
+
+    def __post_init__(self) -> None:
+        if self.max_versions is not None and self.max_versions < 0:
+            raise SettingsError(f"staleness.max_versions must be >= 0 or null, got {self.max_versions!r}")
+        if self.on_exceed not in STALENESS_ACTIONS:
+            raise SettingsError(
+                f"staleness.on_exceed: unknown value {self.on_exceed!r}; choose one of {STALENESS_ACTIONS}"
+            )
+
+    @property
+    def masks(self) -> bool:
+        """Whether the bound masks stale tokens (a bound is set and ``on_exceed`` is ``mask``)."""
+        return self.max_versions is not None and self.on_exceed == "mask"
+
+    @property
+    def drops(self) -> bool:
+        """Whether the bound fails episodes that outlive it (a bound is set and ``on_exceed`` is ``drop``)."""
+        return self.max_versions is not None and self.on_exceed == "drop"
+
+
 # The compaction knobs that only one strategy reads.
 _STRATEGY_KNOBS = {
     "summary_prompt": "summarize",
@@ -448,6 +489,8 @@ class PluginSettings:
     """slime's ``--partial-rollout``: an episode the abort stopped continues where it stopped when slime hands
     its sample back (its conversation, token trajectory, the turn it was generating and its counters are
     kept on the sample); false starts it again from the prompt."""
+    staleness: StalenessSettings = field(default_factory=StalenessSettings)
+    """The bound on how many weight versions old a trained token may be (partial / fully-async rollout)."""
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
     """SGLang sampling params sent with every turn (``regex``, ``json_schema``, ``ebnf``, ``structural_tag``,
     ``top_k``, ``min_p``, ``stop``, ``logit_bias``, ...; keys SGLang does not accept are refused, naming the

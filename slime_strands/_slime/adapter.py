@@ -64,12 +64,14 @@ def sample_contract(
         return SampleContract(reward_key=config.eval_reward_key or config.reward_key, vision=vision)
     custom = sampling_params.get("custom_params")
     top_p = (isinstance(custom, Mapping) and bool(custom.get(_TOP_P_PARAM))) or config.rollout_top_p != 1.0
+    bound = config.settings.staleness
     return SampleContract(
         routing=config.routing,
         top_p=top_p,
         speculative=config.speculative,
         reward_key=config.reward_key,
         mask_offpolicy=config.mask_offpolicy,
+        max_versions=bound.max_versions if bound.masks else None,
         vision=vision,
     )
 

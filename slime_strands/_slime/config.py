@@ -216,6 +216,7 @@ def _read(args: Any, flags: Mapping[str, Any]) -> SlimeConfig:
     settings = settings_from_slime(flags[ARGS_KEY], getattr(args, "__dict__", {}))
     _check_flags(flags)
     partial = bool(flags["partial_rollout"])
+    _check_staleness(settings, partial and bool(flags["mask_offpolicy_in_partial_rollout"]))
     routing = None
     if flags["use_rollout_routing_replay"]:
         routing = (int(flags["num_layers"]), int(flags["moe_router_topk"]))
@@ -300,6 +301,18 @@ def _check_flags(flags: Mapping[str, Any]) -> None:
         raise ConfigurationError(
             "--use-rollout-routing-replay needs args.num_layers and args.moe_router_topk (the model's Megatron "
             "arguments) to lay out the routed experts"
+        )
+
+
+def _check_staleness(settings: PluginSettings, mask_offpolicy: bool) -> None:
+    """slime's ``--mask-offpolicy-in-partial-rollout`` and the plugin's staleness bound say the same thing
+    only with ``max_versions: 0`` and ``on_exceed: mask``; any other bound next to the flag is refused."""
+    bound = settings.staleness
+    if mask_offpolicy and bound.max_versions is not None and not (bound.masks and bound.max_versions == 0):
+        raise ConfigurationError(
+            f"--mask-offpolicy-in-partial-rollout masks every token before an episode's last continuation, "
+            f"but strands.staleness is max_versions: {bound.max_versions}, on_exceed: {bound.on_exceed}: "
+            "remove one of the two (max_versions: 0 with on_exceed: mask is the flag's rule)"
         )
 
 

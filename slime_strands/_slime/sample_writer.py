@@ -44,6 +44,7 @@ from ..errors import SlimeStrandsError
 from ..provider.images import TrajectoryImage, Vision
 from ..provider.token_manager import TokenManager
 from ..strict_reader import is_int
+from .staleness import TrainMask
 
 __all__ = [
     "ReplayError",
@@ -55,6 +56,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_NO_MASK = TrainMask()
+"""Every generated token trained."""
 
 _TOP_P_IDS = ("top_p_token_ids", "top_p_kept_token_ids")  # current and older SGLang patch names
 _TOP_P_OFFSETS = ("top_p_token_offsets", "top_p_kept_token_offsets")
@@ -79,6 +83,9 @@ class SampleContract:
     mask_offpolicy: bool = False
     """``--partial-rollout --mask-offpolicy-in-partial-rollout``: tokens written before the episode's last
     continuation (``SegmentRecord.carried_tokens``) get loss mask 0, their logprobs kept (as slime masks)."""
+    max_versions: int | None = None
+    """``strands.staleness`` with ``on_exceed: mask``: tokens from more than this many weight versions before
+    the episode's newest get loss mask 0 (``slime_strands._slime.staleness``); None: no such bound."""
     vision: Vision | None = field(default=None, compare=False)
     """A vision-language model's image processor: the sample's ``multimodal_*`` fields are written (None for a
     text model: they are left as slime made them)."""
@@ -143,7 +150,8 @@ def write_sample(
         trains = record.treatment.trains
         carried = record.segments[-1].carried_tokens if record.segments else 0
         try:
-            _write_trajectory(sample, record.trajectory, contract if trains else None, carried)
+            mask = _train_mask(contract, record) if trains else _NO_MASK
+            _write_trajectory(sample, record.trajectory, contract if trains else None, carried, mask)
             _write_images(sample, record.trajectory.images_before(len(record.trajectory)), contract.vision)
         except ReplayError as exc:
             record = _failed(sample, record, exc)
@@ -152,6 +160,8 @@ def write_sample(
     if record.termination is Termination.FAILED:
         _write_failed(sample, record.trajectory, contract, tokenizer)
     _label(sample, record, record.treatment.status, contract)
+    if record.treatment.trains and record.trajectory is not None:
+        _remove_if_untrained(sample, record.trajectory)
     sample.non_generation_time = float(sample.non_generation_time or 0.0) + record.tool_time_s
     return record
 
@@ -165,10 +175,11 @@ def write_samples(sample: Any, record: EpisodeRecord, contract: SampleContract, 
         return Written((sample,), write_sample(sample, record, contract, tokenizer))
     last = len(record.segments) - 1
     samples = [copy.deepcopy(sample) for _ in range(last)] + [sample]
+    mask = _train_mask(contract, record)
     try:
         for target, segment in zip(samples, record.segments, strict=True):
             assert segment.trajectory is not None
-            _write_trajectory(target, segment.trajectory, contract, segment.carried_tokens)
+            _write_trajectory(target, segment.trajectory, contract, segment.carried_tokens, mask)
             _write_images(target, segment.trajectory.images_before(len(segment.trajectory)), contract.vision)
     except ReplayError as exc:  # the FAILED layout resets what the appender touched
         failed = write_sample(sample, _failed(sample, record, exc), contract, tokenizer)
@@ -176,8 +187,22 @@ def write_samples(sample: Any, record: EpisodeRecord, contract: SampleContract, 
     for index, (target, segment) in enumerate(zip(samples, record.segments, strict=True)):
         target.response = segment.response
         _label(target, record.for_segment(index), segment.status, contract)
+        if segment.trajectory is not None:
+            _remove_if_untrained(target, segment.trajectory)
     sample.non_generation_time = float(sample.non_generation_time or 0.0) + record.tool_time_s
     return Written(tuple(samples), record.for_segment(last))
+
+
+def _train_mask(contract: SampleContract, record: EpisodeRecord) -> TrainMask:
+    """The rule of which generated tokens the episode's samples train (slime's flag, the staleness bound)."""
+    return TrainMask.for_episode(contract.mask_offpolicy, contract.max_versions, record.version_newest)
+
+
+def _remove_if_untrained(sample: Any, tm: TokenManager) -> None:
+    """A sample whose generated tokens are all masked (by slime's off-policy flag or the staleness bound) is
+    removed from training, as slime removes its own: no sample without a trained token reaches the trainer."""
+    if tm.generated_length and not any(sample.loss_mask or ()):
+        sample.remove_sample = True
 
 
 def _failed(sample: Any, record: EpisodeRecord, exc: ReplayError) -> EpisodeRecord:
@@ -201,20 +226,26 @@ def _label(sample: Any, record: EpisodeRecord, status: str, contract: SampleCont
 
 
 def _write_trajectory(
-    sample: Any, tm: TokenManager, contract: SampleContract | None, carried: int = 0
+    sample: Any,
+    tm: TokenManager,
+    contract: SampleContract | None,
+    carried: int = 0,
+    mask: TrainMask = _NO_MASK,
 ) -> None:
     """Append every span after the prompt as slime's appender would; ``contract`` None (an aborted
-    sample slime never trains) writes tokens, mask and logprobs only. Under ``contract.mask_offpolicy`` the
-    generated tokens before position ``carried`` (an older policy's) get loss mask 0."""
+    sample slime never trains) writes tokens, mask and logprobs only. ``mask`` says which generated tokens
+    get loss mask 0 (an older policy's: before position ``carried`` under ``--mask-offpolicy-in-partial-rollout``,
+    or older than the staleness bound)."""
     ids, logprobs = tm.token_ids, tm.logprobs
     appender = _Appender(sample, ids[: tm.prompt_length], contract)
-    masked_until = carried if contract is not None and contract.mask_offpolicy else 0
+    if contract is None:
+        mask = _NO_MASK
     turn = 0
     for span in tm.spans[1:]:
         if span.kind == "generated":
             turn += 1
             meta = span.info.meta_info if span.info is not None and contract is not None else None
-            masked = max(0, min(len(span), masked_until - span.start))
+            masked = mask.masked(span, carried)
             appender.model_turn(turn, span.token_ids, logprobs[span.start : span.end], meta, masked)
         else:
             appender.other_tokens(span.token_ids)

@@ -216,6 +216,19 @@ class EpisodeRecord:
     offpolicy_masked_tokens: int = 0
     """Generated tokens written before the last continuation that ``--mask-offpolicy-in-partial-rollout``
     took out of the loss (their loss mask 0)."""
+    version_newest: str | None = None
+    """The newest ``weight_version`` the episode's server answers came with (``slime_strands._slime.staleness``)."""
+    version_earliest_trained: str | None = None
+    """The oldest weight version of a token the episode trains on (None: nothing trained, or no versions)."""
+    version_latest_trained: str | None = None
+    versions_trained: int = 0
+    """Distinct weight versions among the tokens the episode trains on."""
+    staleness: int | None = None
+    """Versions between the episode's oldest trained token and the newest version it saw."""
+    stale_masked_tokens: int = 0
+    """Generated tokens the staleness bound took out of the loss (``staleness.on_exceed: mask``)."""
+    stale_dropped: bool = False
+    """The staleness bound ended the episode FAILED (``staleness.on_exceed: drop``)."""
     segments: Sequence[SegmentRecord] = ()
     """The episode's trajectory segments, in sample order (empty when nothing was generated)."""
     segment: int | None = None

@@ -17,6 +17,7 @@ from slime_strands.settings import (
     RayPoolSettings,
     RewardSettings,
     SandboxSettings,
+    StalenessSettings,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +96,7 @@ def test_plugin_config_spells_out_every_setting():
     assert set(section["reward"]) == _fields(RewardSettings)
     assert set(section["reward"]["code"]) == _fields(CodeRewardSettings)
     assert set(section["compaction"]) == _fields(CompactionSettings)
+    assert set(section["staleness"]) == _fields(StalenessSettings)
     assert PluginSettings.from_yaml(PLUGIN_CONFIG) == PluginSettings(), "the defaults, spelled out"
 
 
@@ -124,7 +126,14 @@ def _comment_blocks(text: str) -> dict[str, str]:
 def _defaults(cls, prefix: str) -> dict[str, object]:
     out = {}
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(f.type) or f.name in ("sandbox", "reward", "compaction", "ray", "code"):
+        if dataclasses.is_dataclass(f.type) or f.name in (
+            "sandbox",
+            "reward",
+            "compaction",
+            "ray",
+            "code",
+            "staleness",
+        ):
             continue
         value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         out[f"{prefix}{f.name}"] = list(value) if isinstance(value, tuple) else value
@@ -140,6 +149,7 @@ def test_every_key_is_commented_with_its_true_default():
         **_defaults(RewardSettings, "strands.reward."),
         **_defaults(CodeRewardSettings, "strands.reward.code."),
         **_defaults(CompactionSettings, "strands.compaction."),
+        **_defaults(StalenessSettings, "strands.staleness."),
     }
     for key, default in defaults.items():
         comment = blocks.get(key, "")

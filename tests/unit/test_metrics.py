@@ -170,9 +170,13 @@ AGGREGATED = {
     "termination", "turns", "tool_iters", "tool_calls", "tool_errors", "parse_errors", "tool_time_s",
     "generation_time_s", "client_overhead_s", "prompt_tokens", "cached_tokens", "tool_outputs_truncated",
     "response_tokens", "generated_tokens", "wall_time_s", "regenerations", "segments", "continuations",
-    "turns_saved", "offpolicy_masked_tokens",
+    "turns_saved", "offpolicy_masked_tokens", "staleness", "versions_trained", "stale_masked_tokens",
+    "stale_dropped",
 }  # fmt: skip
-NOT_AGGREGATED = {"evaluation", "error", "final_turn_chars", "segment"}
+NOT_AGGREGATED = {
+    "evaluation", "error", "final_turn_chars", "segment", "version_newest", "version_earliest_trained",
+    "version_latest_trained",
+}  # fmt: skip
 DISTRIBUTIONS = (
     "turns", "tool_calls", "tool_iters", "tool_time_s", "generation_time_s", "wall_time_s", "response_tokens",
 )  # fmt: skip
@@ -240,6 +244,10 @@ async def test_real_episodes_through_log_rollout(server, monkeypatch):
     assert m["cache_hit_rate"] == pytest.approx(cached / sum(meta["prompt_tokens"] for meta in served))
     assert 0 < m["cache_hit_rate"] < 1 and 0 < m["tool_token_share"] < 1
     assert m["generation_time_s_mean"] > 0 and m["wall_time_s_max"] >= m["wall_time_s_p50"] > 0
+    # one weight version throughout (the server's "0"): nothing stale, nothing masked or dropped
+    assert {ok.metadata["strands"]["version_newest"], ok.metadata["strands"]["staleness"]} == {"0", 0}
+    assert (m["staleness/mean"], m["staleness/max"], m["staleness/multi_version_frac"]) == (0.0, 0.0, 0.0)
+    assert (m["staleness/masked_tokens"], m["staleness/dropped_episodes"]) == (0.0, 0.0)
     assert "context_window" not in m, "args of no configuration that ran here: nothing known of a server"
 
     # slime's own args: the window the process's client sizes turns by (the server's /v1/models says 8192)
