@@ -16,6 +16,7 @@ from slime_strands.settings import (
     PluginSettings,
     RayPoolSettings,
     RewardSettings,
+    RolloutWorkersSettings,
     SandboxSettings,
     StalenessSettings,
 )
@@ -97,6 +98,7 @@ def test_plugin_config_spells_out_every_setting():
     assert set(section["reward"]["code"]) == _fields(CodeRewardSettings)
     assert set(section["compaction"]) == _fields(CompactionSettings)
     assert set(section["staleness"]) == _fields(StalenessSettings)
+    assert set(section["rollout_workers"]) == _fields(RolloutWorkersSettings)
     assert PluginSettings.from_yaml(PLUGIN_CONFIG) == PluginSettings(), "the defaults, spelled out"
 
 
@@ -133,6 +135,7 @@ def _defaults(cls, prefix: str) -> dict[str, object]:
             "ray",
             "code",
             "staleness",
+            "rollout_workers",
         ):
             continue
         value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
@@ -150,6 +153,7 @@ def test_every_key_is_commented_with_its_true_default():
         **_defaults(CodeRewardSettings, "strands.reward.code."),
         **_defaults(CompactionSettings, "strands.compaction."),
         **_defaults(StalenessSettings, "strands.staleness."),
+        **_defaults(RolloutWorkersSettings, "strands.rollout_workers."),
     }
     for key, default in defaults.items():
         comment = blocks.get(key, "")
