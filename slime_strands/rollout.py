@@ -137,6 +137,7 @@ async def _run(
             vision=vision,
             resume=checkpoint,
             keep_checkpoint=keep_checkpoint,
+            mcp=runtime.mcp,
         )
     except (ConfigurationError, asyncio.CancelledError):
         raise

@@ -48,6 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("slime_strands.provider",),  # SGLangClient, SGLangModel, TokenManager, SGLang's sampling keys
     ("slime_strands.settings",),  # the frozen plugin settings; owns every default and choice list
     ("slime_strands.sandbox",),  # model-written code, isolated
+    ("slime_strands.mcp_tools",),  # MCP servers' tools: sessions on the episode's loop, shared or per episode
     ("slime_strands.agent",),  # one episode: Agent, record, compaction, sub-agents, limits, pacing
     ("slime_strands._slime",),  # reading slime's args / Sample / GenerateState, writing Samples
     (  # slime's hooks and the trajectory file

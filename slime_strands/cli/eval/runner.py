@@ -273,7 +273,7 @@ class _Evaluator:
                 "max_response_tokens": self.options.max_response_len,
             },
             tokenizer=await loop.run_in_executor(None, tokenizer_part, self.tokenizer),
-            tools=tools_part(self.settings.tools, template_tools(runtime.tools())),
+            tools=tools_part(self.settings.tools, template_tools(runtime.offered_tools())),
             model=await served_model(client),
         )
         self.resumed.check_config(self.digest)
@@ -293,7 +293,7 @@ class _Evaluator:
             self.prompts,
             ChatRenderer(self.tokenizer, template_kwargs=kwargs),
             self.settings.system_prompt,
-            template_tools(runtime.tools()),
+            template_tools(runtime.offered_tools()),
             await model.context_window(),
             data=self.options.data,
             vision=self.vision,
@@ -327,7 +327,7 @@ class _Evaluator:
         loop = asyncio.get_running_loop()
         runtime = sinks.runtime
         tools = runtime.tools()
-        specs = template_tools(tools)
+        specs = template_tools(runtime.offered_tools())
         for prompt, sample in pending:  # one shared iterator: each pair is taken by exactly one worker
             progress.started()
             record = await run_episode(
@@ -337,6 +337,7 @@ class _Evaluator:
                 self._spec(prompt, sample),
                 tools=tools,
                 vision=self.vision,
+                mcp=runtime.mcp,
             )
             failing = record.termination is Termination.FAILED and sinks.watch.failing
             if failing and not await sinks.watch.alive():
