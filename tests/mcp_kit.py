@@ -25,7 +25,13 @@ ANSWER = "The sum is 5.\nAnswer: \\boxed{5}"
 
 def stdio_server(script: str, name: str, **settings: Any) -> dict[str, Any]:
     """``mcp_servers`` settings of the script ``tests/mcp_servers/<script>.py`` over stdio."""
-    return {"name": name, "transport": "stdio", "command": sys.executable, "args": [str(SERVERS / f"{script}.py")], **settings}
+    return {
+        "name": name,
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": [str(SERVERS / f"{script}.py")],
+        **settings,
+    }
 
 
 def http_server(url: str, name: str, **settings: Any) -> dict[str, Any]:

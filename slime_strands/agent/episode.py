@@ -124,7 +124,7 @@ async def run_episode(
         )
     else:
         try:  # the episode's MCP sessions live exactly as long as this block, however it ends
-            async with mcp.episode() as mcp_tools:
+            async with mcp.episode(images=vision is not None) as mcp_tools:
                 record = await _play(
                     tokenizer,
                     client,

@@ -45,12 +45,18 @@ class Connection:
         self._owner: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._stderr: IO[str] | None = None
+        self._dead = False  # the server closed the connection: no call is sent on it again
         self.tools: list[Any] = []
         """The tools the server listed (``mcp`` Tool objects) when :meth:`open` was asked to list them."""
 
     @property
     def alive(self) -> bool:
-        return self._owner is not None and not self._owner.done() and self._session is not None
+        return (
+            not self._dead
+            and self._owner is not None
+            and not self._owner.done()
+            and self._session is not None
+        )
 
     async def open(self, *, list_tools: bool = False) -> None:
         """Start the server (stdio) or open the HTTP session, MCP's initialize answered within
@@ -140,6 +146,7 @@ class Connection:
             from mcp_types import CONNECTION_CLOSED
 
             if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
+                self._dead = True
                 raise McpCallError(
                     f"the MCP server {self.server.name!r} closed the connection (it died?)"
                     f"{self.stderr_tail()}",

@@ -18,16 +18,17 @@ _IMAGE_FORMATS = {
 }
 
 
-def tool_result_content(result: Any) -> tuple[list[dict[str, Any]], bool]:
+def tool_result_content(result: Any, *, images: bool = True) -> tuple[list[dict[str, Any]], bool]:
     """(Strands content blocks, is an error) of a ``CallToolResult``. Text stays text; an image (PNG, JPEG,
     GIF, WebP) becomes an image block; what a model cannot be shown (audio, a binary resource, an image of
     another type) becomes a line saying what it was. Structured content is shown as JSON only when the server
     sent no content blocks (the MCP spec has servers also send it serialised as text). A result that is none
-    of this is a ``ValueError`` (the caller turns it into a tool error)."""
+    of this is a ``ValueError`` (the caller turns it into a tool error). ``images`` false (a text model): an
+    image becomes a line saying the model cannot be shown it."""
     blocks = getattr(result, "content", None)
     if not isinstance(blocks, list):
         raise ValueError(f"the MCP result has no content list ({type(result).__name__})")
-    content = [_block(item) for item in blocks]
+    content = [_block(item, images) for item in blocks]
     structured = getattr(result, "structured_content", None)
     if not content and structured is not None:
         content.append({"json": structured})
@@ -36,10 +37,12 @@ def tool_result_content(result: Any) -> tuple[list[dict[str, Any]], bool]:
     return content, bool(getattr(result, "is_error", False))
 
 
-def _block(item: Any) -> dict[str, Any]:
+def _block(item: Any, images: bool) -> dict[str, Any]:
     kind = getattr(item, "type", None)
     if kind == "text":
         return {"text": str(item.text)}
+    if kind == "image" and not images:
+        return {"text": f"[an image ({item.mime_type}): this model cannot be shown images]"}
     if kind == "image":
         fmt = _IMAGE_FORMATS.get(str(item.mime_type).lower())
         if fmt is None:

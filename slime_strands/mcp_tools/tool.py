@@ -22,13 +22,23 @@ Caller = Callable[[str, dict[str, Any]], Awaitable[Any]]
 class McpTool(AgentTool):
     """One MCP tool offered to the agent as ``name`` (the server's prefix and the MCP tool's name)."""
 
-    def __init__(self, name: str, spec: ToolSpec, mcp_name: str, call: Caller, *, server: str) -> None:
+    def __init__(
+        self, name: str, spec: ToolSpec, mcp_name: str, call: Caller, *, server: str, images: bool = True
+    ) -> None:
+        """``images``: false for a model that cannot be shown images (a text model): an image the server
+        sends becomes a line saying so."""
         super().__init__()
+        self._images = images
         self._name = name
         self._spec = spec
         self._mcp_name = mcp_name
         self._call = call
         self.server = server
+
+    @property
+    def call(self) -> Caller:
+        """What sends this tool's calls."""
+        return self._call
 
     @property
     def tool_name(self) -> str:
@@ -42,9 +52,9 @@ class McpTool(AgentTool):
     def tool_type(self) -> str:
         return "mcp"
 
-    def bound_to(self, call: Caller) -> McpTool:
+    def bound_to(self, call: Caller, *, images: bool = True) -> McpTool:
         """The same tool, its calls sent by ``call`` (an episode's own session)."""
-        return McpTool(self._name, self._spec, self._mcp_name, call, server=self.server)
+        return McpTool(self._name, self._spec, self._mcp_name, call, server=self.server, images=images)
 
     async def stream(
         self, tool_use: ToolUse, invocation_state: dict[str, Any], **kwargs: Any
@@ -54,7 +64,7 @@ class McpTool(AgentTool):
             if not isinstance(arguments, dict):
                 raise McpCallError(f"the arguments must be an object, got {type(arguments).__name__}")
             result = await self._call(self._mcp_name, arguments)
-            content, error = tool_result_content(result)
+            content, error = tool_result_content(result, images=self._images)
         except McpCallError as exc:
             content, error = [{"text": f"Error: {self._name}: {exc}"}], True
         except ValueError as exc:

@@ -94,14 +94,15 @@ class McpToolbox:
             state.ready = True
 
     @contextlib.asynccontextmanager
-    async def episode(self) -> AsyncIterator[list[McpTool]]:
+    async def episode(self, *, images: bool = True) -> AsyncIterator[list[McpTool]]:
         """The MCP tools of one episode: the shared ones, and those of a session of each episode-scope server
         opened for it (waiting for a ``max_live`` slot), closed when the block ends however it ends (its
         stdio process tree killed). A server that does not start raises :class:`McpServerError` (that episode
-        fails; at the first sample it is a configuration error, from :meth:`preflight`)."""
+        fails; at the first sample it is a configuration error, from :meth:`preflight`). ``images`` false (a
+        text model): the images servers send become lines saying so."""
         await self.preflight()
         state = self._state()
-        tools = list(state.shared_tools)
+        tools = [tool.bound_to(tool.call, images=images) for tool in state.shared_tools]
         opened: list[Connection] = []
         held: list[asyncio.Semaphore] = []
         try:
@@ -114,7 +115,9 @@ class McpToolbox:
                 connection = Connection(server)
                 opened.append(connection)
                 await connection.open()
-                tools.extend(t.bound_to(connection.call) for t in state.episode_tools[server.name])
+                tools.extend(
+                    t.bound_to(connection.call, images=images) for t in state.episode_tools[server.name]
+                )
             yield tools
         finally:
             if opened or held:
