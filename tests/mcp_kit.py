@@ -84,7 +84,14 @@ def http_mcp_server(script: str) -> Iterator[str]:
 
 def children() -> list[psutil.Process]:
     """This process's live descendants (zombies reaped or not, they hold nothing)."""
-    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    alive = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.NoSuchProcess:  # it ended between the listing and the look
+            pass
+    return alive
 
 
 def wait_for(predicate: Any, timeout: float = 60.0) -> bool:

@@ -15,11 +15,15 @@ from collections import defaultdict
 from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("notebook", log_level="WARNING")
-NOTES: defaultdict[int, list[str]] = defaultdict(list)
+NOTES: defaultdict[str, list[str]] = defaultdict(list)
 
 
-def _key(ctx: Context) -> int:
-    return id(ctx.session)  # one per MCP session (one per process over stdio)
+def _key(ctx: Context) -> str:
+    """The MCP session's id over HTTP; over stdio the process is the session."""
+    request = ctx.request_context.request
+    if request is None:
+        return "stdio"
+    return str(request.headers.get("mcp-session-id"))
 
 
 @server.tool()

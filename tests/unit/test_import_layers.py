@@ -63,7 +63,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("slime_strands.cli",),  # the slime-strands command
     ("slime_strands.testing",),  # for tests and users: nothing in the package imports it
     ("slime_strands", "slime_strands.subagents"),  # the facade, public re-exports
-    ("tests", "benchmarks", "scripts"),  # the package's users
+    ("tests", "benchmarks", "scripts", "configs"),  # the package's users (configs: an example MCP server)
 )
 FACADES = frozenset({"slime_strands"})
 """Prefixes that name one module (a package's ``__init__``), never the modules below it."""

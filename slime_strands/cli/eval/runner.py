@@ -210,6 +210,7 @@ class _Evaluator:
                 log.abandon(exit_code=1)
             raise
         finally:
+            await runtime.mcp.aclose()  # the shared MCP servers stop with the command
             await client.aclose()
             io.shutdown(wait=True)
             if writer is not None:
