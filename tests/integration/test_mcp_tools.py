@@ -80,6 +80,7 @@ def note(i: int) -> str:
     return f"note-{i}-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.mark.timeout(900)  # 64 server processes started on a machine of 2 busy cores
 async def test_64_concurrent_episodes_each_see_only_their_own_notebook(slime, tokenizer):
     """64 episodes at once, each with its own notebook server (scope: episode, at most 16 alive): each writes its
     own line and reads back exactly that line; each had a process of its own; none is left afterwards, and no
