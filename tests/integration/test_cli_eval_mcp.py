@@ -40,7 +40,7 @@ def test_eval_runs_episodes_with_mcp_tools(tokenizer, tmp_path, capsys):
         rows = latest(read_rows(out))
         assert sorted(rows) == [f"{p}:{s}" for p in range(3) for s in range(2)]
         for key, row in rows.items():
-            assert row.status == "completed" and row.reward == 1.0, (key, row.error)
+            assert row.status == "COMPLETED" and row.reward == 1.0, (key, row.error)
             check_row(row, server)
             text = tokenizer.decode(row.segments[0].token_ids)
             shown = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text, flags=re.S)
