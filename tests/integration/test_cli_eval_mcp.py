@@ -80,3 +80,27 @@ def test_the_example_config_runs_as_documented(tokenizer, tmp_path, capsys, monk
             shown = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", text, flags=re.S)
             assert shown == ["6.0", "1 lines", "10.0", f"2*3 = 6 ({key[-1]})"]
     assert wait_for(lambda: not children())
+
+
+def test_validate_config_starts_the_servers_and_lists_their_tools(tmp_path, capsys, monkeypatch):
+    """``validate-config`` checks the MCP servers as the first sample would: the example config's tools are
+    listed with their servers; a server that exits at start is the file's one invalid line, with its stderr."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv(
+        "PATH", os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    )
+    code, stdout, _ = run_cli(capsys, "validate-config", "configs/strands_mcp.yaml")
+    assert code == 0, stdout
+    assert stdout.splitlines()[:3] == [
+        "configs/strands_mcp.yaml: ok",
+        "  tools: none",
+        "  MCP tools: math_add (math, shared), math_multiply (math, shared), notes_write (notes, episode), "
+        "notes_read (notes, episode)",
+    ]
+    broken = write_config(tmp_path / "broken.yaml", mcp_servers=[stdio_server("exits", "notes")])
+    code, stdout, _ = run_cli(capsys, "validate-config", str(broken))
+    assert code == 1
+    (line,) = stdout.splitlines()
+    assert line.startswith(f"{broken}: invalid: MCP server 'notes' (")
+    assert line.endswith("stderr: starting the notes server | fatal: cannot open /nonexistent/notes.db")
+    assert wait_for(lambda: not children())
