@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Collection, Sequence
@@ -29,6 +30,8 @@ from .tool import McpTool, tool_spec
 
 __all__ = ["McpToolbox"]
 
+_OFFERED_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""What a tool name may be (Strands' rule, and what every chat template's function names can hold)."""
 _FIRST_BACKOFF_S = 1.0
 _MAX_BACKOFF_S = 60.0
 
@@ -214,10 +217,11 @@ def _offer(server: McpServerSettings, listed: Sequence[Any]) -> list[McpTool]:
     offered = []
     for name in wanted:
         shown = f"{server.prefix}_{name}" if server.prefix else name
-        if len(shown) > 64:
+        if not _OFFERED_NAME.match(shown):
             raise ConfigurationError(
-                f"MCP tool {shown!r} of server {server.name!r} is longer than 64 characters: set a shorter "
-                f"mcp_servers[{server.name}].prefix"
+                f"MCP tool {shown!r} of server {server.name!r} cannot be offered (a tool name is 1-64 letters, "
+                f"digits, '_' or '-'): set a shorter mcp_servers[{server.name}].prefix, or leave the tool out of "
+                f"mcp_servers[{server.name}].tools"
             )
         offered.append(McpTool(shown, tool_spec(shown, by_name[name]), name, _unbound, server=server.name))
     return offered
