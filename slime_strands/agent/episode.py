@@ -118,7 +118,7 @@ async def run_episode(
     stopped = abort is not None and abort()
     if stopped and resume is None:
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
-    if not mcp:
+    if not mcp or stopped:  # aborted before it goes on: no turn, no tool, no server to start
         record = await _play(
             tokenizer, client, settings, spec, tools, abort, hooks, vision, resume, stopped, keep_checkpoint
         )
