@@ -106,5 +106,23 @@ def wait_for(predicate: Any, timeout: float = 60.0) -> bool:
 
 
 def held() -> tuple[int, int, int]:
-    """(child processes, threads, open fds) of this process."""
-    return len(children()), threading.active_count(), len(os.listdir("/proc/self/fd"))
+    """(child processes, threads, pipe and file fds) of this process that an MCP session could hold: the
+    threads of the in-process SGLang stand-in (one per keep-alive connection) and of asyncio's default executor
+    (it grows with the load) are not counted, nor are sockets (the client's pool to the stand-in); a stdio
+    server's pipes, its stderr file and asyncio's child-watcher thread per server are."""
+    threads = [
+        t
+        for t in threading.enumerate()
+        if "process_request_thread" not in t.name and not t.name.startswith("asyncio_")
+    ]
+    fds = [
+        fd for fd in os.listdir("/proc/self/fd") if not _readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    ]
+    return len(children()), len(threads), len(fds)
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed since the listing
+        return "socket:"
