@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -46,12 +47,15 @@ __all__ = [
     "DEFAULT_SUMMARY_PROMPT",
     "DEFAULT_SYSTEM_PROMPT",
     "DEFAULT_TOOL_ROUNDS_PER_INVOCATION",
+    "MCP_SCOPES",
+    "MCP_TRANSPORTS",
     "REWARD_KINDS",
     "SANDBOX_BACKENDS",
     "SANDBOX_PLACEMENTS",
     "STALENESS_ACTIONS",
     "CodeRewardSettings",
     "CompactionSettings",
+    "McpServerSettings",
     "PluginSettings",
     "RayPoolSettings",
     "RewardSettings",
@@ -399,6 +403,101 @@ _STRATEGY_KNOBS = {
 }
 
 
+MCP_TRANSPORTS = ("stdio", "streamable_http")
+"""Values of ``McpServerSettings.transport``: how the plugin reaches an MCP server."""
+MCP_SCOPES = ("shared", "episode")
+"""Values of ``McpServerSettings.scope``: one session for every episode of a process, or one per episode."""
+_PREFIX_FROM_NAME = "<name>"
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class McpServerSettings:
+    """One MCP server whose tools the agent gets (``slime_strands.mcp_tools`` runs it)."""
+
+    name: str = ""
+    """What the server is called in messages, and (by default) the prefix of its tools' names."""
+    transport: str = "stdio"
+    """``stdio``: the plugin starts ``command`` and speaks MCP over its stdin/stdout; ``streamable_http``: the
+    plugin connects to ``url`` (a server someone else runs)."""
+    command: str | None = None
+    """stdio: the program to start (``python``, ``npx``, ...)."""
+    args: tuple[str, ...] = ()
+    """stdio: its arguments."""
+    env: dict[str, str] | None = None
+    """stdio: environment variables set for it, over the mcp package's minimal default environment (``HOME``,
+    ``PATH``, ``USER``, ...; the plugin's own environment is NOT inherited)."""
+    cwd: str | None = None
+    """stdio: its working directory (null: this process's)."""
+    url: str | None = None
+    """streamable_http: the server's MCP endpoint (``http://host:port/mcp``)."""
+    headers: dict[str, str] | None = None
+    """streamable_http: headers sent with every request (an ``Authorization``, ...)."""
+    scope: str = "shared"
+    """``shared``: one session per process, opened at the first sample, its calls multiplexed, closed when the
+    process ends. ``episode``: a fresh server process (stdio) or MCP session (HTTP, its own session id) per
+    episode, started before its first turn and stopped however it ends."""
+    tools: tuple[str, ...] | None = None
+    """The MCP tool names the agent gets (each must be listed by the server); null: every tool it lists."""
+    prefix: str | None = _PREFIX_FROM_NAME
+    """Tools are offered as ``<prefix>_<tool>``; by default the prefix is ``name``; null keeps the MCP names."""
+    call_timeout_s: float = 60.0
+    """A call without an answer after this long is a tool error the model sees (the episode goes on)."""
+    startup_timeout_s: float = 30.0
+    """How long a server may take to start and answer MCP's initialize."""
+    max_live: int = 64
+    """``scope: episode``: most of this server's sessions (stdio: processes) alive at once in a process; more
+    episodes wait for one to end before they start."""
+
+    def __post_init__(self) -> None:
+        where = f"mcp_servers[{self.name or '?'}]"
+        if not _TOOL_NAME.match(self.name):
+            raise SettingsError(
+                f"mcp_servers: every server needs a name of letters, digits, '_' or '-' (got {self.name!r})"
+            )
+        if self.transport not in MCP_TRANSPORTS:
+            raise SettingsError(
+                f"{where}.transport: unknown transport {self.transport!r}"
+                f"{_did_you_mean(self.transport, MCP_TRANSPORTS)}; choose one of {MCP_TRANSPORTS}"
+            )
+        if self.scope not in MCP_SCOPES:
+            raise SettingsError(
+                f"{where}.scope: unknown scope {self.scope!r}{_did_you_mean(self.scope, MCP_SCOPES)}; "
+                f"choose one of {MCP_SCOPES}"
+            )
+        self._check_transport(where)
+        if self.tools is not None and (
+            not self.tools or len(set(self.tools)) != len(self.tools) or not all(self.tools)
+        ):
+            raise SettingsError(
+                f"{where}.tools: a list of distinct MCP tool names, or null for every tool the server lists"
+            )
+        if self.prefix == _PREFIX_FROM_NAME:
+            object.__setattr__(self, "prefix", self.name)
+        if self.prefix is not None and not _TOOL_NAME.match(self.prefix):
+            raise SettingsError(f"{where}.prefix: letters, digits, '_' or '-', or null (got {self.prefix!r})")
+        for name in ("call_timeout_s", "startup_timeout_s", "max_live"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{where}.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.scope == "shared" and self.max_live != 64:
+            raise SettingsError(
+                f"{where}.max_live bounds episode-scope servers: set scope: episode or remove it"
+            )
+
+    def _check_transport(self, where: str) -> None:
+        stdio = {"command": self.command, "args": self.args, "env": self.env, "cwd": self.cwd}
+        http = {"url": self.url, "headers": self.headers}
+        own, other = (stdio, http) if self.transport == "stdio" else (http, stdio)
+        wrong = next((key for key, value in other.items() if value), None)
+        if wrong is not None:
+            raise SettingsError(f"{where}.{wrong} does not apply to transport: {self.transport}")
+        needed = "command" if self.transport == "stdio" else "url"
+        if not own[needed]:
+            raise SettingsError(f"{where}: transport {self.transport} needs {needed}")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise SettingsError(f"{where}.url must start with http:// or https:// (got {self.url!r})")
+
+
 @dataclass(frozen=True)
 class RolloutWorkersSettings:
     """Where agent episodes run: in slime's process (``count: 0``), or on a pool of Ray actors ("rollout
@@ -497,6 +596,8 @@ class PluginSettings:
     key). They win over slime's (``slime_strands.provider.sampling`` says how they merge): ``max_new_tokens`` here caps
     each turn (slime's stays the whole trajectory's budget), and in training ``temperature`` / ``top_p`` must
     equal slime's ``--rollout-temperature`` / ``--rollout-top-p`` (its trainer uses them)."""
+    mcp_servers: tuple[McpServerSettings, ...] = ()
+    """MCP servers whose tools the agent gets besides ``tools`` (see ``McpServerSettings``; docs/mcp.md)."""
     gc_young_threshold: int | None = 100_000
     """Allocations between two young garbage collections (Python's generation-0 threshold, 700 by default):
     raised to this when an episode starts, never lowered; null leaves the process's collector alone. Strands
@@ -536,6 +637,10 @@ class PluginSettings:
                 "reward.code.concurrency bounds local grading; with sandbox.placement: ray the pool bounds it: "
                 "remove reward.code.concurrency (sandbox.ray sizes the pool)"
             )
+        names = [server.name for server in self.mcp_servers]
+        if len(set(names)) != len(names):
+            twice = next(name for name in names if names.count(name) > 1)
+            raise SettingsError(f"mcp_servers: two servers are named {twice!r}: give each its own name")
 
     def _check_context_management(self) -> None:
         if self.context_management not in CONTEXT_MANAGEMENT:
@@ -692,6 +797,12 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             except SettingsError as exc:
                 errors.append(str(exc))
         raise SettingsError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if origin is dict:
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise SettingsError(f"{where}: expected a mapping of strings to strings, got {value!r}")
+        return dict(value)
     if origin is tuple:
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise SettingsError(f"{where}: expected a list, got {value!r}")

@@ -29,6 +29,7 @@ from strands.middleware import ExecuteToolStage
 from strands.types.exceptions import ContextWindowOverflowException, MaxTokensReachedException
 
 from ..errors import ConfigurationError, InputError
+from ..mcp_tools import McpServerError, McpToolbox
 from ..provider.abort_signal import AbortSignal
 from ..provider.checkpoint import MalformedCheckpointError
 from ..provider.client import SGLangClient, SGLangError
@@ -95,6 +96,7 @@ async def run_episode(
     keep_checkpoint: bool = True,
     should_stop: Callable[[], bool] | None = None,
     vision: Vision | None = None,
+    mcp: McpToolbox | None = None,
 ) -> EpisodeRecord:
     """Run one episode and return its record (trajectory included); never raises except for configuration
     errors and cancellation. ``tools`` default to importing ``settings.tools`` (a Runtime imports them once).
@@ -105,7 +107,9 @@ async def run_episode(
     is captured, for an episode nobody will continue). ``resume`` continues such an episode (one that cannot be
     restored starts again from the prompt, with a warning). ``hooks`` are added to the agent after
     slime-strands' own (observers: metrics, benchmarks). ``vision``: a vision-language model's image processor
-    (images in the prompt and in tool results then reach the model)."""
+    (images in the prompt and in tool results then reach the model). ``mcp``: the MCP servers' tools join
+    ``tools``, an episode-scope server started for this episode and stopped when it ends (``slime_strands.mcp_tools``;
+    one that does not start fails this episode)."""
     started = time.perf_counter()
     raise_gc_threshold(settings)
     if tools is None:
@@ -114,6 +118,45 @@ async def run_episode(
     stopped = abort is not None and abort()
     if stopped and resume is None:
         return EpisodeRecord(Termination.ABORTED, evaluation=spec.evaluation)
+    if not mcp or stopped:  # aborted before it goes on: no turn, no tool, no server to start
+        record = await _play(
+            tokenizer, client, settings, spec, tools, abort, hooks, vision, resume, stopped, keep_checkpoint
+        )
+    else:
+        try:  # the episode's MCP sessions live exactly as long as this block, however it ends
+            async with mcp.episode(images=vision is not None) as mcp_tools:
+                record = await _play(
+                    tokenizer,
+                    client,
+                    settings,
+                    spec,
+                    [*tools, *mcp_tools],
+                    abort,
+                    hooks,
+                    vision,
+                    resume,
+                    stopped,
+                    keep_checkpoint,
+                )
+        except McpServerError as exc:  # its episode-scope server did not start: this episode only
+            record = _failed(spec, exc)
+    return dataclasses.replace(record, wall_time_s=time.perf_counter() - started)
+
+
+async def _play(
+    tokenizer: Any,
+    client: SGLangClient,
+    settings: PluginSettings,
+    spec: EpisodeSpec,
+    tools: Sequence[Any],
+    abort: AbortSignal | None,
+    hooks: Sequence[HookProvider],
+    vision: Vision | None,
+    resume: EpisodeCheckpoint | None,
+    stopped: bool,
+    keep_checkpoint: bool,
+) -> EpisodeRecord:
+    """Build the episode (restored from ``resume`` when given), run it and summarise it."""
     try:
         episode = _build(tokenizer, client, settings, spec, tools, abort, hooks, vision)
         if resume is not None and not _resumed(episode, resume, going_on=not stopped):
@@ -123,12 +166,10 @@ async def run_episode(
     except ConfigurationError:
         raise
     except Exception as exc:  # bad sample data (prompt shape): this episode only
-        record = _failed(spec, exc)
-    else:
-        # aborted before it went on: an episode to continue is written (and saved) as its checkpoint left it
-        termination, error = (Termination.ABORTED, None) if stopped else await _run(episode, settings)
-        record = await _summarize(episode, spec, termination, error, keep_checkpoint=keep_checkpoint)
-    return dataclasses.replace(record, wall_time_s=time.perf_counter() - started)
+        return _failed(spec, exc)
+    # aborted before it went on: an episode to continue is written (and saved) as its checkpoint left it
+    termination, error = (Termination.ABORTED, None) if stopped else await _run(episode, settings)
+    return await _summarize(episode, spec, termination, error, keep_checkpoint=keep_checkpoint)
 
 
 def _as_abort_signal(

@@ -73,6 +73,7 @@ class InProcess(EpisodeRunner):
             vision=vision,
             resume=job.resume,
             keep_checkpoint=job.keep_checkpoint,
+            mcp=runtime.mcp,
         )
 
 

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from strands.types.tools import AgentTool
 
 from ..errors import ConfigurationError
+from ..mcp_tools import McpToolbox
 from ..provider.abort_signal import AbortSignal
 from ..provider.client import SGLangClient
 from ..provider.images import Vision, load_vision
@@ -61,6 +62,8 @@ class Runtime:
         self._checked_templates: set[str] = set()
         self._isolation_checked = False
         self._abort: tuple[Any, AbortSignal] | None = None
+        self.mcp = McpToolbox(settings.mcp_servers)
+        """The MCP servers' tools: shared sessions per event loop, opened by :meth:`preflight`."""
 
     def __repr__(self) -> str:
         return f"Runtime({self.client!r}, tokenizer={self._tokenizer_path!r})"
@@ -119,17 +122,25 @@ class Runtime:
             self._tools = import_tools(self.settings)
         return list(self._tools)
 
+    def offered_tools(self) -> list[Any]:
+        """The tools every episode is offered: :meth:`tools` and the MCP servers' (known after :meth:`preflight`),
+        for their specs (what the chat template renders, a trajectory's digest)."""
+        return [*self.tools(), *self.mcp.offered()]
+
     async def preflight(self, tokenizer: Any, template_kwargs: Mapping[str, Any]) -> None:
         """Raise ConfigurationError for what would fail every episode; cheap after the first call.
 
-        Checks: the settings (validated when they were built); the tools (import); the sandbox when its tool is
+        Checks: the settings (validated when they were built); the tools (import); the MCP servers (they start,
+        list the allowed tools, no name twice); the sandbox when its tool is
         configured (isolation must work unless ``sandbox.backend: limits`` opts out: ``SandboxIsolationError``;
         with ``sandbox.placement: ray`` the pool starts, each worker checking isolation on its node, or
         ``SandboxPoolError`` says why it cannot; ``return_figures`` needs a vision-language model); the chat
         template with these template variables (it must render incrementally token-in/token-out:
         ``ChatRenderer``'s probe).
         """
-        self.tools()
+        tools = self.tools()
+        if self.mcp:  # shared sessions opened, tool lists read, names checked: once per event loop
+            await self.mcp.preflight([tool.tool_name for tool in tools])
         if not self._isolation_checked and _uses_sandbox(self.settings):
             from ..sandbox import ensure_isolation
 

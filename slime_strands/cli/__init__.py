@@ -313,6 +313,7 @@ def _validate_config(ns: argparse.Namespace) -> int:
     try:
         settings = PluginSettings.from_yaml(ns.path, other_keys=ns.allow_other_keys)
         tools = import_tools(settings)
+        mcp_tools = asyncio.run(_mcp_tools(settings, tools)) if settings.mcp_servers else []
     except (OSError, ConfigurationError) as exc:
         print(f"{ns.path}: invalid: {' '.join(str(exc).split())}")
         return EXIT_FAILURES
@@ -321,8 +322,22 @@ def _validate_config(ns: argparse.Namespace) -> int:
         key, problem = problems[0]
         print(f"{ns.path}: invalid: strands.sampling_params.{key}: {problem}")
         return EXIT_FAILURES
-    print("\n".join([f"{ns.path}: ok", *(f"  {line}" for line in settings_summary(settings, tools))]))
+    summary = settings_summary(settings, tools, mcp_tools)
+    print("\n".join([f"{ns.path}: ok", *(f"  {line}" for line in summary)]))
     return EXIT_OK
+
+
+async def _mcp_tools(settings: Any, tools: list[Any]) -> list[Any]:
+    """The MCP servers' tools, as a run's first sample gets them (each server started, its tools listed and
+    checked, then stopped)."""
+    from ..mcp_tools import McpToolbox
+
+    toolbox = McpToolbox(settings.mcp_servers)
+    try:
+        await toolbox.preflight([tool.tool_name for tool in tools])
+        return toolbox.offered()
+    finally:
+        await toolbox.aclose()
 
 
 def _check_server(ns: argparse.Namespace) -> int:

@@ -18,18 +18,23 @@ __all__ = ["settings_summary"]
 _SHOWN_CHARS = 60
 
 
-def settings_summary(settings: PluginSettings, tools: Sequence[Any]) -> list[str]:
-    """The tools (name and dotted path), the parser, thinking and context choices, and every other setting
-    that differs from its default."""
+def settings_summary(
+    settings: PluginSettings, tools: Sequence[Any], mcp_tools: Sequence[Any] = ()
+) -> list[str]:
+    """The tools (name and dotted path), the MCP servers' tools (name, server), the parser, thinking and
+    context choices, and every other setting that differs from its default."""
     names = [f"{tool.tool_name} ({path})" for tool, path in zip(tools, settings.tools, strict=True)]
     thinking = "the template's default" if settings.enable_thinking is None else settings.enable_thinking
     changed = [
         f"{name} {_shown(value)}"
         for name, value in _changes(settings, PluginSettings(), "")
-        if name != "tools"  # on the first line
+        if name not in ("tools", "mcp_servers")  # on the first lines
     ]
+    scopes = {server.name: server.scope for server in settings.mcp_servers}
+    mcp = [f"{tool.tool_name} ({tool.server}, {scopes[tool.server]})" for tool in mcp_tools]
     return [
         f"tools: {', '.join(names) or 'none'}",
+        *([f"MCP tools: {', '.join(mcp)}"] if mcp else []),
         f"tool parser: {settings.tool_parser}; thinking: {thinking}; context management: "
         f"{settings.context_management}",
         f"changed from the defaults: {', '.join(changed) or 'nothing'}",

@@ -114,4 +114,5 @@ class RolloutWorker:
 
     async def close(self) -> None:
         self._stopped.set()
+        await self._runtime.mcp.aclose()  # this worker's shared MCP sessions
         await self._runtime.client.aclose()

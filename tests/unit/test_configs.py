@@ -203,6 +203,7 @@ def test_no_4b_specific_plugin_config_is_needed():
         "strands_code.yaml",
         "strands_geo3k.yaml",
         "strands_math.yaml",
+        "strands_mcp.yaml",  # the MCP example: the same math agent, its tools MCP servers (docs/mcp.md)
     ]
 
 

@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("slime_strands.settings",),  # the frozen plugin settings; owns every default and choice list
     ("slime_strands.sandbox",),  # model-written code, isolated
     ("slime_strands.code_grading",),  # a program against unit tests in the sandbox (the code reward)
+    ("slime_strands.mcp_tools",),  # MCP servers' tools: sessions on the episode's loop, shared or per episode
     ("slime_strands.agent",),  # one episode: Agent, record, compaction, sub-agents, limits, pacing
     ("slime_strands.workers",),  # where episodes run: the Ray pool of rollout workers
     ("slime_strands._slime",),  # reading slime's args / Sample / GenerateState, writing Samples
@@ -64,7 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("slime_strands.cli",),  # the slime-strands command
     ("slime_strands.testing",),  # for tests and users: nothing in the package imports it
     ("slime_strands", "slime_strands.subagents"),  # the facade, public re-exports
-    ("tests", "benchmarks", "scripts"),  # the package's users
+    ("tests", "benchmarks", "scripts", "configs"),  # the package's users (configs: an example MCP server)
 )
 FACADES = frozenset({"slime_strands"})
 """Prefixes that name one module (a package's ``__init__``), never the modules below it."""

@@ -108,10 +108,22 @@ async def served_model(client: SGLangClient) -> dict[str, Any]:
     }
 
 
+def _server_part(server: Any) -> dict[str, Any]:
+    """An MCP server's settings but those that change only how fast it goes (``max_live``, its start time)."""
+    fields = dataclasses.asdict(server)
+    return {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in fields.items()
+        if k not in ("max_live", "startup_timeout_s")
+    }
+
+
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
     for field in dataclasses.fields(value):
         item = getattr(value, field.name)
         if dataclasses.is_dataclass(item):
             _flatten(item, f"{prefix}{field.name}.", out)
+        elif isinstance(item, tuple) and item and dataclasses.is_dataclass(item[0]):  # mcp_servers
+            out[prefix + field.name] = [_server_part(server) for server in item]
         else:
             out[prefix + field.name] = dict(item) if isinstance(item, Mapping) else item

@@ -255,6 +255,7 @@ class _Evaluator:
                 log.abandon(exit_code=1)
             raise
         finally:
+            await runtime.mcp.aclose()  # the shared MCP servers stop with the command
             await client.aclose()
             io.shutdown(wait=True)
             if writer is not None:
@@ -313,7 +314,7 @@ class _Evaluator:
                 "max_response_tokens": self.options.max_response_len,
             },
             tokenizer=await loop.run_in_executor(None, tokenizer_part, self.tokenizer),
-            tools=tools_part(self.settings.tools, template_tools(runtime.tools())),
+            tools=tools_part(self.settings.tools, template_tools(runtime.offered_tools())),
             model=await served_model(client),
         )
         self.resumed.check_config(self.digest)
@@ -333,7 +334,7 @@ class _Evaluator:
             self.prompts,
             ChatRenderer(self.tokenizer, template_kwargs=kwargs),
             self.settings.system_prompt,
-            template_tools(runtime.tools()),
+            template_tools(runtime.offered_tools()),
             await model.context_window(),
             data=self.options.data,
             vision=self.vision,
@@ -366,7 +367,7 @@ class _Evaluator:
     ) -> None:
         loop = asyncio.get_running_loop()
         runtime = sinks.runtime
-        specs = template_tools(runtime.tools())
+        specs = template_tools(runtime.offered_tools())
         runner = runner_for(runtime)
         for prompt, sample in pending:  # one shared iterator: each pair is taken by exactly one worker
             progress.started()
