@@ -296,3 +296,34 @@ async def test_a_checkpoint_made_on_a_worker_continues_token_exact_anywhere(serv
         assert out.loss_mask == reference.loss_mask and out.rollout_log_probs == reference.rollout_log_probs
         assert_sample_matches_server(out, server, routing_key=out.session_id)
         assert record(out).continuations == 1
+
+
+def _process_cost() -> tuple[int, int, int]:
+    """This process's threads, open fds and resident memory (kB)."""
+    status = Path("/proc/self/status").read_text()
+    rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")), rss
+
+
+async def test_the_drivers_threads_fds_and_memory_stay_flat_over_three_batches(server, monkeypatch, tokenizer):
+    """slime's process with rollout workers: the first batch starts the pool (its Ray handles, its watches);
+    the next batches add no thread, no fd and no memory beyond noise (a client, a connection or a task kept
+    per episode or per batch would show here)."""
+    install_generate_state(monkeypatch, tokenizer)
+    args = make_args(server, strands=_strands(2))
+    costs = []
+    for _ in range(3):
+        samples = [new_sample(f"Problem {i}: what is 2+3?", index=i) for i in range(4 * len(EPISODES))]
+        outs = await asyncio.gather(
+            *(run(server, args, s, *EPISODES[i % len(EPISODES)]) for i, s in enumerate(samples))
+        )
+        for out in outs:
+            assert out.status == Sample.Status.COMPLETED, out.metadata
+            assert_sample_matches_server(out, server, routing_key=out.session_id)
+        costs.append(_process_cost())
+    (pool,) = workers.pools()
+    assert pool.state().starts == 1 and len(pool.state().workers) == 2
+    (threads1, fds1, rss1), _, (threads3, fds3, rss3) = costs
+    assert threads3 <= threads1, costs
+    assert fds3 <= fds1 + 2, costs
+    assert rss3 - rss1 < 16_000, costs  # kB: 32 episodes more, each record is a few kB
