@@ -305,7 +305,9 @@ def _process_cost() -> tuple[int, int, int]:
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")), rss
 
 
-async def test_the_drivers_threads_fds_and_memory_stay_flat_over_three_batches(server, monkeypatch, tokenizer):
+async def test_the_drivers_threads_fds_and_memory_stay_flat_over_three_batches(
+    server, monkeypatch, tokenizer
+):
     """slime's process with rollout workers: the first batch starts the pool (its Ray handles, its watches);
     the next batches add no thread, no fd and no memory beyond noise (a client, a connection or a task kept
     per episode or per batch would show here)."""

@@ -105,7 +105,8 @@ async def test_a_node_lost_mid_batch_reruns_its_episodes_once_on_a_replacement(
         assert len(on_lost) == 2  # least in flight: two on each
         found.remove_node(next(n for n in nodes if n.node_id == lost.node_id))
         await wait_until(lambda: _replaced(pool, lost.node_id), "a replacement worker on the live node")
-        for i, sample in enumerate(samples):  # a rerun starts from its prompt: it asks for its first turn again
+        # a rerun starts from its prompt: it asks for its first turn again
+        for i, sample in enumerate(samples):
             again = (_hold(str(i)),) if str(i) in on_lost else ()
             server.script(*again, f"Answer: \\boxed{{{i}}}", key=sample.session_id)
         (GATE / "open").touch()
