@@ -296,3 +296,112 @@ async def test_a_checkpoint_made_on_a_worker_continues_token_exact_anywhere(serv
         assert out.loss_mask == reference.loss_mask and out.rollout_log_probs == reference.rollout_log_probs
         assert_sample_matches_server(out, server, routing_key=out.session_id)
         assert record(out).continuations == 1
+
+
+def _process_cost() -> tuple[int, int, int]:
+    """This process's threads, open fds and resident memory (kB)."""
+    status = Path("/proc/self/status").read_text()
+    rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")), rss
+
+
+async def test_the_drivers_threads_fds_and_memory_stay_flat_over_three_batches(
+    server, monkeypatch, tokenizer
+):
+    """slime's process with rollout workers: the first batch starts the pool (its Ray handles, its watches);
+    the next batches add no thread, no fd and no memory beyond noise (a client, a connection or a task kept
+    per episode or per batch would show here)."""
+    install_generate_state(monkeypatch, tokenizer)
+    args = make_args(server, strands=_strands(2))
+    costs = []
+    for _ in range(3):
+        samples = [new_sample(f"Problem {i}: what is 2+3?", index=i) for i in range(4 * len(EPISODES))]
+        outs = await asyncio.gather(
+            *(run(server, args, s, *EPISODES[i % len(EPISODES)]) for i, s in enumerate(samples))
+        )
+        for out in outs:
+            assert out.status == Sample.Status.COMPLETED, out.metadata
+            assert_sample_matches_server(out, server, routing_key=out.session_id)
+        costs.append(_process_cost())
+    (pool,) = workers.pools()
+    assert pool.state().starts == 1 and len(pool.state().workers) == 2
+    (threads1, fds1, rss1), _, (threads3, fds3, rss3) = costs
+    assert threads3 <= threads1, costs
+    assert fds3 <= fds1 + 2, costs
+    assert rss3 - rss1 < 16_000, costs  # kB: 32 episodes more, each record is a few kB
+
+
+CALL_HELPER = '<tool_call>\n{"name": "helper", "arguments": {"task": "Add 2 and 3."}}\n</tool_call>'
+
+
+def _plain(value: Any) -> Any:
+    """A value comparable with ==: images as their pixels, arrays and tensors as their shape and bytes."""
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tobytes") and hasattr(value, "size") and hasattr(value, "mode"):  # a PIL image
+        return ("image", value.size, value.mode, value.tobytes())
+    if hasattr(value, "numpy") or isinstance(value, np.ndarray):
+        array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+        return ("array", array.shape, str(array.dtype), array.tobytes())
+    return value
+
+
+async def test_sub_agents_fan_out_the_same_samples_on_workers(server, monkeypatch, tokenizer):
+    """collect_subagents: generate returns [sub-agent's Sample, main Sample], the same on workers as here."""
+    install_generate_state(monkeypatch, tokenizer)
+    outs = {}
+    for count in (0, 2):
+        strands = {**_strands(count), "tools": ["rollout_tools.add", "rollout_tools.helper"]}
+        args = make_args(
+            server,
+            custom_rm_path="slime_strands.reward.math_reward",
+            strands={**strands, "collect_subagents": True},
+        )
+        sample = new_sample("What is 2+3? Ask the helper.", index=3)
+        server.script(CALL_HELPER, CALL_ADD, "The sum is 5.", "Answer: \\boxed{5}", key=sample.session_id)
+        out = await rollout_generate(args, sample)
+        assert isinstance(out, list) and len(out) == 2 and out[1] is sample
+        assert [s.status for s in out] == [Sample.Status.COMPLETED] * 2, out[1].metadata
+        assert [record(s).segment for s in out] == [0, 1] and record(out[1]).subagents == 1
+        assert "The sum is 5." in out[0].response and "\\boxed{5}" in out[1].response
+        outs[count] = out
+    for a, b in zip(outs[0], outs[2], strict=True):
+        assert _comparable(a) == _comparable(b)
+    assert sum(workers.pools()[0].state().episodes) == 1
+
+
+async def test_images_give_the_same_samples_on_workers(monkeypatch, tmp_path):
+    """A vision-language checkpoint (loaded by each worker from its folder), an image in the prompt and a tool
+    returning a figure: the expanded tokens, the images and the trainer's pixel values are the same."""
+    import base64
+
+    from real_sglang.tiny_vl_model import make_tiny_vl_model
+    from vlm_kit import png, vl_checkpoint
+
+    from slime_strands.testing.invariants import assert_sample_images
+
+    folder = make_tiny_vl_model(tmp_path / "qwen2.5-vl", "qwen2.5-vl")
+    vl_tokenizer, vision = vl_checkpoint(folder)
+    install_generate_state(monkeypatch, vl_tokenizer)
+    uri = "data:image/png;base64," + base64.b64encode(png(100, 60, seed=3)).decode()
+    prompt = [
+        {"role": "user", "content": [{"type": "image", "image": uri}, {"type": "text", "text": "Find x."}]}
+    ]
+    call = '<tool_call>\n{"name": "plot", "arguments": {"expression": "x**2"}}\n</tool_call>'
+    outs = []
+    with SGLangTestServer(vl_tokenizer, vision=vision) as vl_server:
+        for count in (0, 2):
+            strands = {**_strands(count), "tools": ["rollout_tools.plot"], "tool_parser": "hermes"}
+            args = make_args(vl_server, hf_checkpoint=str(folder), strands=strands)
+            out = await run(vl_server, args, new_sample(prompt), call, "x = 3")
+            assert out.status == Sample.Status.COMPLETED, out.metadata
+            assert_sample_images(out, vision)
+            assert [image.size for image in out.multimodal_inputs["images"]] == [(100, 60), (64, 64)]
+            outs.append(out)
+    here, there = outs
+    assert _plain(_comparable(here)) == _plain(_comparable(there))
+    assert sum(workers.pools()[0].state().episodes) == 1
