@@ -38,7 +38,7 @@ from slime_strands.testing.invariants import (
 
 pytestmark = pytest.mark.timeout(300)
 ANSWER = "The sum is 5.\nAnswer: \\boxed{5}"
-ADD = call("add", a=2, b=3)
+ADD, SLOW = call("add", a=2, b=3), call("slow_add", a=2, b=3)
 TURNS = (ADD, ADD, ANSWER)
 WAIT_S = 120.0
 
@@ -109,11 +109,12 @@ def weight_update(
     held: list[Any],
     version: str,
     policy: ContinuingPolicy,
+    in_flight: Any,
 ) -> None:
     """What slime's weight update does to the rollout in flight: the abort flag, ``/abort_request`` for all (the
     held group comes back ABORTED to the buffer), then the new weights' version, generation open again."""
     buffer.open = False
-    wait_for(lambda: all(policy.parked(s.session_id) for s in held), "the held group in flight")
+    wait_for(in_flight, "the held group in flight")
     worker.state.aborted = True
     request = urllib.request.Request(
         f"{server.base_url}/abort_request", data=json.dumps({"abort_all": True}).encode(),
@@ -125,6 +126,7 @@ def weight_update(
         lambda: any({s.session_id for s in g} == ids for g in buffer.waiting()), "the aborted group back"
     )
     policy.weight_version = version
+    HOLD["on"] = False
     worker.state.aborted = False
     buffer.open = True
 
@@ -166,25 +168,30 @@ def test_three_steps_of_slimes_fully_async_rollout_with_aborts_and_eval_between(
                 policy.hold(s.session_id, 2, "running")
             trained += fully_async.generate_rollout_fully_async(args, 0, buffer)
             worker = fully_async._global_worker
-            weight_update(server, worker, buffer, b, "2", policy)
-            continued.append(b)
+            parked_b = lambda: all(policy.parked(s.session_id) for s in b)  # noqa: E731
+            weight_update(server, worker, buffer, b, "2", policy, parked_b)
+            continued.append((b, ("1", "2")))
             evals += evaluate(slime, args, policy, 0)
-            # step 1 at version 2: B continued, C fresh, D cut by the next update
+            # step 1 at version 2: B continued, C fresh; D: one member finishes, the other is in its tool
+            # (between turns) when the next update cuts it, and the group goes back whole
             args.rollout_batch_size = 2
             c, d = buffer.new_group(), buffer.new_group()
-            for s in [*c, *d]:
+            for s in [*c, d[0]]:
                 policy.script(s.session_id, *TURNS)
-            for s in d:
-                policy.hold(s.session_id, 2, "running")
+            policy.script(d[1].session_id, SLOW, ADD, ANSWER)
+            HOLD["on"] = True
             trained += fully_async.generate_rollout_fully_async(args, 1, buffer)
-            weight_update(server, worker, buffer, d, "3", policy)
-            continued.append(d)
+            in_tool = lambda: HOLD["started"] == 1 and d[0].reward is not None  # noqa: E731
+            weight_update(server, worker, buffer, d, "3", policy, in_tool)
+            assert [s.status.name for s in d] == ["COMPLETED", "ABORTED"]
+            continued.append(([d[1]], ("2", "3")))
             evals += evaluate(slime, args, policy, 1)
-            # step 2 at version 3: D continued, E fresh
+            # step 2 at version 3: D continued (its finished member as it was), E fresh
             e = buffer.new_group()
             for s in e:
                 policy.script(s.session_id, *TURNS)
             trained += fully_async.generate_rollout_fully_async(args, 2, buffer)
+            assert HOLD["finished"] == 1, "the tool the update cut ran again, once"
             assert worker.queue_size() == 0 and not buffer.waiting()
         finally:
             fully_async._stop_global_worker()
@@ -198,7 +205,8 @@ def test_three_steps_of_slimes_fully_async_rollout_with_aborts_and_eval_between(
             assert sample.status.name == "COMPLETED" and sample.reward == 1.0, sample.status
             assert_sample_invariants(sample)
             assert_sample_matches_server(sample, server, routing_key=sample.session_id)
-        for group, versions in zip(continued, (("1", "2"), ("2", "3")), strict=True):
+        assert {v for v, _, _ in version_mask(server, d[0])} == {"2"}
+        for group, versions in continued:
             for sample in group:
                 assert {v for v, _, _ in version_mask(server, sample)} == set(versions)
                 record = EpisodeRecord.of(sample)
