@@ -22,6 +22,7 @@ import os
 import sys
 import textwrap
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,15 +101,27 @@ LOW_LOGPROB = -2.3
 # -- eval ---------------------------------------------------------------------------------------------
 
 
+def _check_server_url(url: str, flag: str) -> None:
+    """A server URL is ``http(s)://HOST[:PORT]``: refused here in one line, not deep in the HTTP client as a
+    traceback (``http://127.0.0.1:30000:`` has no integer port)."""
+    hint = "write it as http://HOST:PORT, e.g. http://127.0.0.1:30000"
+    if not url.startswith(("http://", "https://")):
+        raise CommandError(f"{flag} {url!r} is not an http(s) URL", hint=hint)
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - the property is the check: it raises on a port that is no integer
+    except ValueError:
+        raise CommandError(f"{flag} {url!r} has no valid port", hint=hint) from None
+    if not parts.hostname:
+        raise CommandError(f"{flag} {url!r} has no host", hint=hint)
+
+
 def _eval(ns: argparse.Namespace) -> int:
     from .eval.failures import failure_lines
     from .eval.runner import EvalOptions, run_eval
     from .eval.summary import format_table
 
-    if not ns.base_url.startswith(("http://", "https://")):
-        raise CommandError(
-            f"--base-url {ns.base_url!r} is not an http(s) URL", hint="write it as http://HOST:PORT"
-        )
+    _check_server_url(ns.base_url, "--base-url")
     _check_sampling_flags(ns)
     options = EvalOptions(
         base_url=ns.base_url,
@@ -342,6 +355,8 @@ async def _mcp_tools(settings: Any, tools: list[Any]) -> list[Any]:
 
 def _check_server(ns: argparse.Namespace) -> int:
     from ..provider.client import SGLangClient, SGLangError
+
+    _check_server_url(ns.url, "URL")
 
     async def check() -> int:
         client = SGLangClient(ns.url, max_retries=1, retry_delay=0.5, timeout=10.0)

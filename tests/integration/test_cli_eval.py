@@ -545,6 +545,10 @@ def test_usage_errors(server, data, capsys):
     argv[argv.index("--base-url") + 1] = "127.0.0.1:30000"
     code, _, stderr = run_cli(capsys, *argv)
     assert code == 2 and "is not an http(s) URL" in _one_error_line(stderr)
+    for url, said in (("http://127.0.0.1:30000:", "has no valid port"), ("http://:30000", "has no host")):
+        argv[argv.index("--base-url") + 1] = url  # a typo: one line, not the HTTP client's traceback
+        code, _, stderr = run_cli(capsys, *argv)
+        assert code == 2 and f"--base-url {url!r} {said}" in _one_error_line(stderr)
     with pytest.raises(SystemExit) as exited:
         run_cli(capsys, *eval_argv(server.base_url, data, "--n", "0"))
     assert exited.value.code == 2
