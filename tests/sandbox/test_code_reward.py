@@ -127,6 +127,17 @@ def _below(pid: int) -> set[int]:
     return found
 
 
+def _describe(pids: set[int]) -> list[str]:
+    """Each process as ``pid (state) cmdline``: what a failure names."""
+    table = _processes()
+    described = []
+    for pid in sorted(pids):
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            described.append(f"{pid} ({table.get(pid, (0, '?', 0))[1]}) {cmdline.strip()[:200]}")
+    return described
+
+
 async def _nothing_left(runner, before: set[int]) -> None:
     """No process of a grading survives it (by ancestry below the sandbox's launcher; as root, by run uid too)."""
     interp = runner._interp
@@ -134,7 +145,8 @@ async def _nothing_left(runner, before: set[int]) -> None:
         if not (_below(interp.proc.pid) - before):
             break
         await asyncio.sleep(0.02)
-    assert not (_below(interp.proc.pid) - before), "processes left by the grading"
+    left = _below(interp.proc.pid) - before
+    assert not left, f"processes left by the grading: {_describe(left)}"
     if ROOT:
         uids = set(interp.uids)
         assert uids
