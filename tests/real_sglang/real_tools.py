@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+
 from strands import tool
 
-from real_sglang.real_helpers import post_json
+from real_sglang.real_helpers import get_json, post_json
 
 SERVER: dict[str, str] = {}
 """``url``: the SGLang server ``publish_weights`` talks to (set by the test)."""
@@ -18,3 +21,23 @@ def publish_weights(version: str) -> str:
     )
     assert answer.get("success"), answer
     return f"weights {version} published"
+
+
+WEIGHTS_URL_ENV = "SLIME_STRANDS_TIER_WEIGHTS_URL"
+WEIGHTS_PATH_ENV = "SLIME_STRANDS_TIER_WEIGHTS_PATH"
+"""Where ``update_weights`` sends its update and the checkpoint it loads (set by the test, read in whichever
+process runs the episode: the slime driver's too)."""
+
+
+@tool
+def update_weights() -> str:
+    """Update the model's weights (slime's weight update between two turns of an episode)."""
+    url, path = os.environ[WEIGHTS_URL_ENV], os.environ[WEIGHTS_PATH_ENV]
+    with open(path + ".lock", "a") as lock:  # one update at a time across the episodes' processes
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        current = get_json(url, "/model_info")["weight_version"]
+        new = str(int(current) + 1)
+        body = {"model_path": path, "load_format": "auto", "weight_version": new}
+        answer = post_json(url, "/update_weights_from_disk", body)
+    assert answer.get("success"), answer
+    return f"weights {new} loaded"

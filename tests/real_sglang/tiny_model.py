@@ -15,10 +15,19 @@ import argparse
 import importlib.util
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["END_OF_TEXT", "IM_END", "MOE_LAYERS", "MOE_TOPK", "make_tiny_model", "qwen3_tokenizer_folder"]
+__all__ = [
+    "END_OF_TEXT",
+    "IM_END",
+    "MOE_LAYERS",
+    "MOE_TOPK",
+    "make_tiny_model",
+    "make_tiny_weights",
+    "qwen3_tokenizer_folder",
+]
 
 IM_END = 151645
 """``<|im_end|>``: the chat template's end of turn (the tokenizer's eos)."""
@@ -83,6 +92,24 @@ def qwen3_tokenizer_folder() -> Path:
 def make_tiny_model(out: str | Path, *, moe: bool = False) -> Path:
     """Write the model folder at ``out`` (created; files already there are replaced) and return it."""
     return write_model_folder(out, dict(_QWEN3_MOE if moe else _QWEN3))
+
+
+_WRITE_WEIGHTS = """
+import sys, torch, transformers
+torch.manual_seed(int(sys.argv[2]))
+config = transformers.AutoConfig.from_pretrained(sys.argv[1])
+model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+model.save_pretrained(sys.argv[1], safe_serialization=True)
+"""
+
+
+def make_tiny_weights(out: str | Path, python: str, *, seed: int = 1) -> Path:
+    """A second copy of the dense tiny model at ``out``, WITH random weights in safetensors (seeded), for
+    ``/update_weights_from_disk``: the server serves ``--load-format dummy`` weights, a weight update reads a
+    checkpoint. Written by ``python`` (the server venv's: it has torch and transformers)."""
+    folder = make_tiny_model(out)
+    subprocess.run([python, "-c", _WRITE_WEIGHTS, str(folder), str(seed)], check=True, timeout=600)
+    return folder
 
 
 def write_model_folder(out: str | Path, config: dict[str, Any]) -> Path:
