@@ -89,6 +89,9 @@ class SavedSpan:
     end: int
     finish_reason: str | None = None
     """The server's finish reason of a generated turn (``stop``, ``length``, ``abort``)."""
+    weight_version: str | None = None
+    """The server's ``weight_version`` of a generated turn: the policy that wrote it (an episode continued across
+    a weight update has turns of several)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,13 @@ class TrajectoryRow:
                     "loss_mask": s.loss_mask,
                     "logprobs": s.logprobs,
                     "spans": [
-                        {"kind": p.kind, "start": p.start, "end": p.end, "finish_reason": p.finish_reason}
+                        {
+                            "kind": p.kind,
+                            "start": p.start,
+                            "end": p.end,
+                            "finish_reason": p.finish_reason,
+                            **({} if p.weight_version is None else {"weight_version": p.weight_version}),
+                        }
                         for p in s.spans
                     ],
                     "info": s.info,
@@ -247,7 +256,15 @@ def _segment(data: Any, where: str) -> SavedSegment:
         position = spans[-1].end if spans else 0
         if kind not in _KINDS or start != position or end < start:
             raise ValueError(f"{where}: spans must cover the tokens in order, got {item!r} at {position}")
-        spans.append(SavedSpan(kind, start, end, span.optional_text("finish_reason")))
+        spans.append(
+            SavedSpan(
+                kind,
+                start,
+                end,
+                span.optional_text("finish_reason"),
+                span.optional_text("weight_version") if span.has("weight_version") else None,
+            )
+        )
     if (spans[-1].end if spans else 0) != len(ids):
         raise ValueError(f"{where}: spans cover {spans[-1].end if spans else 0} of {len(ids)} tokens")
     info = d.optional("info") or {}

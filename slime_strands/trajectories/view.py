@@ -49,6 +49,8 @@ class Block:
     finish_reason: str | None = None
     notes: list[str] = field(default_factory=list)
     """Tool calls made in a generated turn; tool results shown in an observation block."""
+    weight_version: str | None = None
+    """The weight version the server generated the turn with (a continued episode mixes versions)."""
 
     @property
     def mean_logprob(self) -> float | None:
@@ -60,11 +62,13 @@ class Block:
 
     def header(self) -> list[str]:
         """What both renderers title the block with: its title, its token range and, for a generated turn, its
-        finish reason and mean logprob."""
+        finish reason, weight version and mean logprob."""
         parts = [self.title, f"tokens {self.start}-{self.end - 1} ({self.end - self.start})"]
         if self.kind == "generated":
             if self.finish_reason:
                 parts.append(f"finish {self.finish_reason}")
+            if self.weight_version is not None:
+                parts.append(f"version {self.weight_version}")
             if self.mean_logprob is not None:
                 parts.append(f"mean logprob {self.mean_logprob:.2f}")
         return parts
@@ -168,7 +172,16 @@ def _blocks(segment: SavedSegment, texts: list[str], notes: list[tuple[list[str]
             turn += 1
             calls = notes[turn - 1][0] if turn <= len(notes) else []
             blocks.append(
-                Block("generated", f"turn {turn}", span.start, span.end, cells, span.finish_reason, calls)
+                Block(
+                    "generated",
+                    f"turn {turn}",
+                    span.start,
+                    span.end,
+                    cells,
+                    span.finish_reason,
+                    calls,
+                    span.weight_version,
+                )
             )
         elif span.kind == "observation":
             results = notes[turn - 1][1] if 0 < turn <= len(notes) else []

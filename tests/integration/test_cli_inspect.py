@@ -357,3 +357,35 @@ def test_index_names_the_row_key_not_the_completion_order(tokenizer, tmp_path):
         assert code == 0, stderr
         ids = [int(line.split("\t")[5]) for line in table.splitlines()[1:]]
         assert ids == rows[key].segments[0].token_ids, selector
+
+
+def test_each_turn_shows_its_weight_version(tokenizer, tmp_path, capsys):
+    """A turn's version is the server's ``weight_version`` of its answer: kept in the row, shown per turn in the
+    terminal and on the page (an episode continued across a weight update has turns of several versions)."""
+    data = write_data(tmp_path / "data.jsonl", [{"prompt": "Echo, then answer 5.", "label": "5"}])
+    config = write_config(tmp_path / "plugin.yaml")
+    out = tmp_path / "traj.jsonl"
+    with SGLangTestServer(tokenizer, context_length=8192) as server:
+        server.script(
+            Turn(call("echo", text="hi"), weight_version="7"),
+            Turn("The answer is 5.\nAnswer: \\boxed{5}", weight_version="8"),
+            key="0:0",
+        )
+        assert main_ok(
+            eval_argv(server.base_url, data, "--n", "1", "--config", str(config), "--out", str(out))
+        )
+        served = [server.meta_infos[r.body["rid"]]["weight_version"] for r in server.generate_requests]
+    (row,) = read_rows(out)
+    (segment,) = row.segments
+    generated = [s for s in segment.spans if s.kind == "generated"]
+    assert [s.weight_version for s in generated] == served == ["7", "8"]
+    assert {s.weight_version for s in segment.spans if s.kind != "generated"} == {None}
+    code, text, _ = run_cli(capsys, "inspect", str(out), "--color", "never")
+    assert code == 0
+    turns = [line for line in text.splitlines() if line.startswith("── turn ")]
+    assert len(turns) == 2
+    assert "· version 7 ·" in turns[0] and "· version 8 ·" in turns[1]
+    page = tmp_path / "traj.html"
+    assert run_cli(capsys, "inspect", str(out), "--html", str(page))[0] == 0
+    heads = re.findall(r"<div class='head'>(turn \d[^<]*)</div>", page.read_text())
+    assert ["version 7" in h for h in heads] == [True, False] and "version 8" in heads[1]

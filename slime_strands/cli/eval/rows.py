@@ -77,7 +77,13 @@ def _segments(record: EpisodeRecord) -> list[SavedSegment]:
             tm.loss_mask,
             tm.logprobs,
             [
-                SavedSpan(s.kind, s.start, s.end, s.info.finish_reason if s.info is not None else None)
+                SavedSpan(
+                    s.kind,
+                    s.start,
+                    s.end,
+                    None if s.info is None else s.info.finish_reason,
+                    None if s.info is None else s.info.weight_version,
+                )
                 for s in tm.spans
             ],
             info,
