@@ -83,13 +83,16 @@ def http_mcp_server(script: str) -> Iterator[str]:
 
 
 def children() -> list[psutil.Process]:
-    """This process's live descendants (zombies reaped or not, they hold nothing)."""
+    """This process's live descendants that run one of ``tests/mcp_servers`` (zombies reaped or not, they hold
+    nothing): only the MCP servers, so that a process another test left behind does not count here."""
     alive = []
     for process in psutil.Process().children(recursive=True):
         try:
-            if process.status() != psutil.STATUS_ZOMBIE:
+            if process.status() != psutil.STATUS_ZOMBIE and any(
+                str(SERVERS) in arg for arg in process.cmdline()
+            ):
                 alive.append(process)
-        except psutil.NoSuchProcess:  # it ended between the listing and the look
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # ended between the listing and the look
             pass
     return alive
 

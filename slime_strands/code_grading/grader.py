@@ -84,7 +84,7 @@ def grading_sandbox(sandbox: SandboxSettings, code: CodeRewardSettings) -> Sandb
         return_figures=False,
         prewarm=False,
         preload_modules=(),
-        concurrency=code.concurrency if sandbox.placement == "local" else None,
+        concurrency=code.concurrency,  # null under the Ray placement (validated): the pool bounds it
     )
 
 

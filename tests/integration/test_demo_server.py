@@ -124,7 +124,12 @@ def test_the_demo_server_process_serves_until_ctrl_c(demo_data, tmp_path, capsys
         assert generated["output_ids"] and generated["meta_info"]["finish_reason"]["type"] == "stop"
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
-        stdout, stderr = proc.communicate(timeout=60)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # a server that ignored Ctrl-C must not outlive the test
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"the demo server did not stop within 60 s of Ctrl-C: {stdout!r} {stderr[-2000:]!r}")
     assert proc.returncode == 0, stderr
     assert stderr == ""
     assert stdout.strip() == "demo server stopped after 17 /generate requests"

@@ -23,7 +23,10 @@ def test_eval_with_mcp_tools_on_the_real_server(proxy, tmp_path, capsys):
         tmp_path / "plugin.yaml",
         max_tool_iters=3,
         sampling_params={"regex": one_of(*calls)},
-        mcp_servers=[stdio_server("calc", "calc"), stdio_server("notebook", "notebook", scope="episode")],
+        mcp_servers=[  # allow-lists: every schema is in the prompt, and the tier's window is 1018 tokens
+            stdio_server("calc", "calc", tools=["add"]),
+            stdio_server("notebook", "notebook", scope="episode", tools=["write", "read"]),
+        ],
     )
     out = tmp_path / "traj.jsonl"
     argv = eval_argv(proxy.base_url, data, "--n", "4", "--temperature", "1", "--config", str(config))
