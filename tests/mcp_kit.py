@@ -92,7 +92,7 @@ def children() -> list[psutil.Process]:
                 str(SERVERS) in arg for arg in process.cmdline()
             ):
                 alive.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):  # ended between the listing and the look
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # ended since the listing, or not ours to read
             pass
     return alive
 
