@@ -95,6 +95,14 @@ class _Pool:
             self._idle.append(worker)
             return result
 
+    async def close(self) -> None:
+        """Stop the idle workers (a closed pool's loop is ending: none is in use)."""
+        workers, self._idle = self._idle, []
+        for worker in workers:
+            worker.kill()
+            with contextlib.suppress(Exception):
+                await within(worker.proc.wait(), 5)
+
 
 class _Verifier:
     """The process's math-verify state, in one object: a worker pool per event loop (asyncio pipes belong to
@@ -124,6 +132,13 @@ class _Verifier:
             pool = self._pools[loop] = _Pool(size=max(1, min(4, (os.cpu_count() or 2) // 2)))
         return pool
 
+    async def close_pool(self) -> None:
+        """Stop this event loop's workers. A pool's workers hold its loop (their pipes' transports do), so the
+        weak key never lets it go: a command that ends its loop closes the pool, or the workers outlive it."""
+        pool = self._pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.close()
+
 
 _VERIFIER = _Verifier()
 
@@ -143,6 +158,11 @@ async def verify_in_worker(pred: str, gold: str, *, timeout_s: float) -> bool:
     except (EOFError, RuntimeError, OSError, ValueError) as exc:
         logger.warning("slime-strands reward: math-verify worker failed (%s); graded wrong", exc)
     return False
+
+
+async def close_verify_workers() -> None:
+    """Stop the math-verify workers this event loop started (the next question starts new ones)."""
+    await _VERIFIER.close_pool()
 
 
 def _wrap(answer: str) -> str:

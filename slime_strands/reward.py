@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._slime.config import SlimeConfig
-from ._verify_worker import verify_in_worker
+from ._verify_worker import close_verify_workers, verify_in_worker
 from .agent.record import EpisodeRecord
 from .code_grading import CodeLabelError, CodeTests, CodeVerdict, extract_program, grade_program
 from .errors import ConfigurationError
@@ -41,6 +41,7 @@ __all__ = [
     "CODE_METADATA_KEY",
     "EVAL_REWARDS",
     "accuracy",
+    "close_verify_workers",
     "code_reward",
     "eval_reward",
     "extract_answer",

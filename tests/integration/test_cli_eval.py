@@ -3,6 +3,7 @@ SGLang-protocol test server (each episode scripted under its routing key, which 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from cli_helpers import CALL_ADD, check_row, eval_argv, latest, read_rows, run_cli, write_config, write_data
 
@@ -58,6 +60,19 @@ def script_first_run(server: SGLangTestServer) -> None:
     server.script(Fault(400, {"error": {"message": "scripted refusal"}}), key="2:3")
 
 
+def verify_workers() -> list[psutil.Process]:
+    """This process's math-verify workers still alive."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if (
+                process.status() != psutil.STATUS_ZOMBIE
+                and "slime_strands._verify_worker" in process.cmdline()
+            ):
+                found.append(process)
+    return found
+
+
 def test_eval_resume_and_pass_at_k(server, data, tmp_path, capsys):
     out = tmp_path / "traj.jsonl"
     config = write_config(tmp_path / "plugin.yaml")
@@ -78,6 +93,7 @@ def test_eval_resume_and_pass_at_k(server, data, tmp_path, capsys):
         ),
     )
     assert code == 1, "a FAILED trajectory makes the exit status 1"
+    assert not verify_workers(), "the math-verify workers the eval started stop with it"
     assert "1 trajectory FAILED:\n  1: the server refused the request (HTTP 400: scripted refusal)" in stderr
     assert "rerun of the same command" not in stderr, "a rerun would send the same request"
     assert (
@@ -332,12 +348,17 @@ def test_eval_logs_to_wandb_offline(server, data, tmp_path, capsys, monkeypatch)
     config = write_config(tmp_path / "plugin.yaml")
     server.script("Answer: \\boxed{5}", key="0:0")
     server.script("Answer: \\boxed{6}", key="0:1")
-    code, _, stderr = run_cli(
-        capsys,
-        *eval_argv(
-            server.base_url, data, "--n", "2", "--limit", "1", "--config", str(config), "--wandb-project", "t"
-        ),
-    )
+    import wandb
+
+    try:
+        code, _, stderr = run_cli(
+            capsys,
+            *eval_argv(server.base_url, data, "--n", "2", "--limit", "1", "--config", str(config)),
+            "--wandb-project",
+            "t",
+        )
+    finally:
+        wandb.teardown()  # wandb's service process lives as long as the process that started it: this test's
     assert code == 0, stderr
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     (table_file,) = run_dir.glob("files/media/table/eval/trajectories_*.table.json")
