@@ -59,6 +59,13 @@ def cli_env(*first: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
+def as_foreground() -> None:
+    """A child's ``preexec_fn``: Ctrl-C (SIGINT) back to the terminal's default. A shell's background job (a
+    test run launched with ``&``) inherits SIGINT ignored, and Python then never installs its Ctrl-C handler: a
+    child sent SIGINT would ignore it (the demo server's test hung so), where a user's foreground one stops."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_cli(*argv: str, path: Sequence[Path] = ()) -> subprocess.Popen[str]:
     """``python -m slime_strands.cli argv...`` as a real process (what a user's shell runs); ``path``: folders
     imported from first."""
@@ -68,9 +75,7 @@ def start_cli(*argv: str, path: Sequence[Path] = ()) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A shell's background job inherits SIGINT ignored, and Python then never installs its Ctrl-C handler
-        # (a test run launched with `&` hung here): the child gets the terminal's default, as a user's would.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_foreground,
     )
 
 

@@ -16,7 +16,17 @@ from pathlib import Path
 
 import psutil
 import pytest
-from cli_helpers import CALL_ADD, check_row, eval_argv, latest, read_rows, run_cli, write_config, write_data
+from cli_helpers import (
+    CALL_ADD,
+    as_foreground,
+    check_row,
+    eval_argv,
+    latest,
+    read_rows,
+    run_cli,
+    write_config,
+    write_data,
+)
 
 from data_prep.install_hints import install_command
 from slime_strands.testing import Fault, SGLangTestServer, Turn
@@ -210,9 +220,7 @@ def _interrupt(argv: list[str], ready: Callable[[], bool]) -> str:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # A shell's background job inherits SIGINT ignored, and Python then never installs its Ctrl-C handler
-        # (a test run launched with `&` hung here): the child gets the terminal's default, as a user's would.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=as_foreground,
     )
     try:
         deadline = time.monotonic() + 90  # a safety net for a hung process, not a speed requirement
@@ -358,7 +366,7 @@ def test_eval_logs_to_wandb_offline(server, data, tmp_path, capsys, monkeypatch)
             "t",
         )
     finally:
-        wandb.teardown()  # wandb's service process lives as long as the process that started it: this test's
+        wandb.teardown()  # wandb's service process would live as long as the process that started it (pytest)
     assert code == 0, stderr
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     (table_file,) = run_dir.glob("files/media/table/eval/trajectories_*.table.json")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import check_row, latest, read_rows, run_cli, token_manager
+from cli_helpers import as_foreground, check_row, latest, read_rows, run_cli, token_manager
 from family_kit import SUPPORTED, family_tokenizer
 from helpers import make_agent, make_model
 from strands import tool
@@ -86,11 +86,12 @@ def test_eval_on_the_demo_server(tokenizer, demo_data, tmp_path, capsys):
 def _start(*argv: str) -> tuple[subprocess.Popen[str], str]:
     """``python -m slime_strands.testing argv`` and the URL of its ready line."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "slime_strands.testing", *argv],
+        [sys.executable, "-X", "faulthandler", "-m", "slime_strands.testing", *argv],  # SIGABRT: every stack
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        preexec_fn=as_foreground,  # Ctrl-C stops it as in a user's terminal, however this test run was started
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()  # blocks until it serves (or exits: an empty line)
@@ -127,7 +128,8 @@ def test_the_demo_server_process_serves_until_ctrl_c(demo_data, tmp_path, capsys
         try:
             stdout, stderr = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            proc.kill()  # a server that ignored Ctrl-C must not outlive the test
+            # A server that ignored Ctrl-C must not outlive the test: SIGABRT ends it with its threads' stacks.
+            proc.send_signal(signal.SIGABRT)
             stdout, stderr = proc.communicate()
             pytest.fail(f"the demo server did not stop within 60 s of Ctrl-C: {stdout!r} {stderr[-2000:]!r}")
     assert proc.returncode == 0, stderr
