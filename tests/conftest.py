@@ -12,6 +12,7 @@ from tokenizer_kit import qwen3_tokenizer_path
 _SLIME_TRAIN = Path(__file__).resolve().parent / "slime_train"
 
 __all__ = ["qwen3_tokenizer_path"]  # the tests import it from here too
+pytest_plugins = ["leak_guard"]  # a process a test leaves behind fails the session, naming the test
 
 
 @pytest.hookimpl(trylast=True)  # after the deselections (-k, -m): the order of what runs
