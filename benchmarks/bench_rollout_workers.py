@@ -26,7 +26,7 @@ started, warmed up on a few episodes, then timed) and prints one table of figure
 Below the table: the targets' figures, and how many workers one driver could feed (its loop saturates at
 1000 / driver-ms turns/s; a worker carries 1000 / worker-ms turns/s on one core).
 
-    python benchmarks/bench_rollout_workers.py                 # full run (~5 min on 2 cores)
+    python benchmarks/bench_rollout_workers.py                 # full run (~9 min on 2 cores)
     python benchmarks/bench_rollout_workers.py --agents 8 --workers 0,1 --warmup 2  # smoke run
 """
 
