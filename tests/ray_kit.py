@@ -42,12 +42,19 @@ def own_ray_tmpdir() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 4) -> Iterator[None]:
-    """A new local Ray for this process (never an existing cluster), stopped afterwards."""
+def local_ray(num_cpus: int = 4, env_vars: dict[str, str] | None = None) -> Iterator[None]:
+    """A new local Ray for this process (never an existing cluster), stopped afterwards; ``env_vars``: its
+    workers' environment (e.g. a PYTHONPATH that finds the tests' tools)."""
     import ray
 
     with own_ray_tmpdir():
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": env_vars} if env_vars else None,
+        )
         try:
             yield
         finally:

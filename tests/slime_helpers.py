@@ -145,6 +145,30 @@ async def run(server, args, sample, *turns, params=None, evaluation=False):
     return out
 
 
+TIMINGS = {"non_generation_time", "timings", "trace"}
+"""Sample fields and metadata keys that differ between two runs of the same episode: clocks, slime's trace ids."""
+
+
+def comparable(sample: Any) -> dict[str, Any]:
+    """A Sample's fields but what differs between two runs of the same episode (its identity, the prompt it
+    was given, its clocks): two greedy runs of one episode give equal dicts, wherever they ran."""
+    fields = {
+        k: v
+        for k, v in vars(sample).items()
+        if k not in ("metadata", "session_id", "prompt", "index", "group_index", "rollout_id", *TIMINGS)
+    }
+    fields["metadata"] = _without_timings(sample.metadata)
+    return fields
+
+
+def _without_timings(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k not in TIMINGS and not k.endswith("_s")}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
 def record(sample: Any) -> EpisodeRecord:
     found = EpisodeRecord.of(sample)
     assert found is not None, sample.metadata

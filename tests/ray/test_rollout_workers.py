@@ -22,6 +22,7 @@ from slime_helpers import (
     SLIME_LOOP_FLAGS,
     SLIME_PARAMS,
     Sample,
+    comparable,
     install_generate_state,
     make_args,
     new_sample,
@@ -40,7 +41,6 @@ pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = Path(tempfile.mkdtemp(prefix="ssr-wgate-", dir="/tmp"))
-TIMINGS = {"non_generation_time", "timings", "trace"}  # clocks, and slime's trace ids
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -97,24 +97,6 @@ EPISODES = [
 ]
 
 
-def _comparable(sample: Any) -> dict[str, Any]:
-    fields = {
-        k: v
-        for k, v in vars(sample).items()
-        if k not in ("metadata", "session_id", "prompt", "index", "group_index", "rollout_id", *TIMINGS)
-    }
-    fields["metadata"] = _without_timings(sample.metadata)
-    return fields
-
-
-def _without_timings(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_timings(v) for k, v in value.items() if k not in TIMINGS and not k.endswith("_s")}
-    if isinstance(value, list):
-        return [_without_timings(v) for v in value]
-    return value
-
-
 async def _batch(server, count: int, *, evaluation: bool = False) -> list[Any]:
     args = make_args(server, strands=_strands(count))
     samples = [new_sample(f"Problem {i}: what is 2+3?", index=i) for i in range(len(EPISODES))]
@@ -135,7 +117,7 @@ async def test_samples_are_identical_in_process_and_on_workers(server, monkeypat
         there = await _batch(server, 2, evaluation=evaluation)
         for a, b in zip(here, there, strict=True):
             assert a.status == Sample.Status.COMPLETED, a.metadata
-            assert _comparable(a) == _comparable(b)
+            assert comparable(a) == comparable(b)
     (pool,) = workers.pools()
     state = pool.state()
     assert len(state.workers) == 2 and len({w.pid for w in state.workers}) == 2
@@ -168,7 +150,7 @@ async def test_samples_are_identical_through_slimes_generate_and_rm(server, slim
             assert_sample_matches_server(out, server, routing_key=out.session_id)
     for a, b in zip(outs[0], outs[2], strict=True):
         assert a.reward == b.reward and a.status == b.status
-        assert _comparable(a) == _comparable(b)
+        assert comparable(a) == comparable(b)
     assert sum(workers.pools()[0].state().episodes) == len(EPISODES)
 
 
@@ -370,7 +352,7 @@ async def test_sub_agents_fan_out_the_same_samples_on_workers(server, monkeypatc
         assert "The sum is 5." in out[0].response and "\\boxed{5}" in out[1].response
         outs[count] = out
     for a, b in zip(outs[0], outs[2], strict=True):
-        assert _comparable(a) == _comparable(b)
+        assert comparable(a) == comparable(b)
     assert sum(workers.pools()[0].state().episodes) == 1
 
 
@@ -403,5 +385,5 @@ async def test_images_give_the_same_samples_on_workers(monkeypatch, tmp_path):
             assert [image.size for image in out.multimodal_inputs["images"]] == [(100, 60), (64, 64)]
             outs.append(out)
     here, there = outs
-    assert _plain(_comparable(here)) == _plain(_comparable(there))
+    assert _plain(comparable(here)) == _plain(comparable(there))
     assert sum(workers.pools()[0].state().episodes) == 1
