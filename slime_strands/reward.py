@@ -27,6 +27,7 @@ import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ._slime.config import SlimeConfig
@@ -40,9 +41,11 @@ from .tool_parsers import get_tool_parser, registered_tool_parsers
 __all__ = [
     "CODE_METADATA_KEY",
     "EVAL_REWARDS",
+    "EvalGrade",
     "accuracy",
     "close_verify_workers",
     "code_reward",
+    "eval_grade",
     "eval_reward",
     "extract_answer",
     "final_answer_text",
@@ -272,6 +275,11 @@ async def code_reward(args: Any, sample: Any, **kwargs: Any) -> float | list[flo
 
 
 async def _code_reward(settings: PluginSettings, sample: Any) -> float:
+    return (await _code_graded(settings, sample))[0]
+
+
+async def _code_graded(settings: PluginSettings, sample: Any) -> tuple[float, CodeVerdict]:
+    """The score and the verdict of one sample (the verdict also goes to its metadata)."""
     try:
         verdict = await _grade_code(settings, sample)
     except ConfigurationError:
@@ -286,7 +294,7 @@ async def _code_reward(settings: PluginSettings, sample: Any) -> float:
         metadata[CODE_METADATA_KEY] = verdict.to_metadata()
     record = EpisodeRecord.of(sample)
     pass_fraction = settings.reward.code.pass_fraction and not (record is not None and record.evaluation)
-    return verdict.score(pass_fraction)
+    return verdict.score(pass_fraction), verdict
 
 
 async def _grade_code(settings: PluginSettings, sample: Any) -> CodeVerdict:
@@ -312,3 +320,23 @@ EVAL_REWARDS: dict[str, RewardFunction] = {"math": accuracy, "code": code_reward
 def eval_reward(settings: RewardSettings) -> RewardFunction:
     """The eval command's reward for these settings."""
     return EVAL_REWARDS[settings.kind]
+
+
+@dataclass(frozen=True)
+class EvalGrade:
+    """One eval sample's grading: its reward and, under ``reward.kind: code``, the code verdict (what the
+    trajectory row keeps for ``inspect``)."""
+
+    reward: float
+    code: CodeVerdict | None = None
+
+
+async def eval_grade(args: Any, sample: Any) -> EvalGrade:
+    """The eval command's grading of one sample: :func:`eval_reward`'s score, with the verdict it came from."""
+    settings = SlimeConfig.of(args).settings
+    if settings.reward.kind == "code":
+        reward, verdict = await _code_graded(settings, sample)
+        return EvalGrade(reward, verdict)
+    score = await eval_reward(settings.reward)(args, sample)
+    assert isinstance(score, float), "one sample gets one score"
+    return EvalGrade(score)

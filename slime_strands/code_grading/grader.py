@@ -19,6 +19,7 @@ from typing import Any
 
 from ..sandbox import ExecutionResult, run_python
 from ..settings import CodeRewardSettings, SandboxSettings
+from ..strict_reader import StrictReader
 from .tests import CodeTests
 
 __all__ = ["PASSING", "CodeVerdict", "grade_program", "grading_sandbox"]
@@ -68,7 +69,24 @@ class CodeVerdict:
         return 0.0
 
     def to_metadata(self) -> dict[str, Any]:
+        """The verdict as plain JSON (the sample's metadata, a trajectory row's ``code``)."""
         return dataclasses.asdict(self) | {"failures": list(self.failures)}
+
+    @classmethod
+    def from_metadata(cls, data: Any, where: str = "code") -> CodeVerdict:
+        """Read back :meth:`to_metadata`; ValueError naming what is wrong with anything else (keys a later
+        version adds are ignored)."""
+        d = StrictReader(data, where)
+        failures = d.items("failures")
+        if not all(isinstance(f, str) for f in failures):
+            d.fail(f"{where}: failures must be strings, got {failures!r}")
+        return cls(**d.scalars(cls, negative=False), failures=tuple(failures))
+
+    def summary(self) -> str:
+        """One line: the status, the tests passed, the backend (what ``inspect`` heads the verdict with)."""
+        ran = f"{self.passed}/{self.total} tests passed" if self.total else "no tests ran"
+        backend = f" · sandbox {self.backend}" if self.backend else ""
+        return f"code verdict {self.status} · {ran}{backend} · {self.duration_s:.2f} s"
 
 
 def grading_sandbox(sandbox: SandboxSettings, code: CodeRewardSettings) -> SandboxSettings:

@@ -102,17 +102,26 @@ def _ancestors(paths: list[str]) -> list[str]:
 
 
 @functools.cache
+def _bwrap_help(bwrap: str) -> str:
+    try:
+        return subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def _bwrap_has_size(bwrap: str) -> bool:
     """``--size`` for tmpfs arrived in bubblewrap 0.7; older ones get an unbounded /tmp rather than none."""
-    try:
-        help_text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--size" in help_text
+    return "--size" in _bwrap_help(bwrap)
 
 
 def _bwrap_args(bwrap: str, root: bool, tmp_bytes: int) -> list[str]:
     args = [bwrap, "--die-with-parent", "--new-session"]
+    # The interpreter is the pid namespace's init, as under unshare: without --as-pid-1, bwrap's own init is
+    # pid 1, holding the host's control pipes on fds 0-2, and dumpable. Without root every run has that init's
+    # uid, so a run could open /proc/1/fd/0 and /proc/1/fd/1 and write into the channel between the host and
+    # the interpreter (another run's request, a forged reply, garbage that ends the interpreter).
+    if "--as-pid-1" in _bwrap_help(bwrap):
+        args.append("--as-pid-1")
     if root:
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
         for cap in _BWRAP_CAPS:

@@ -17,7 +17,9 @@ A line (schema ``slime-strands/trajectory/v1``)::
                               "start": 0, "end": 612, "finish_reason": null}, ...],
                    "info": {}}],          # what the episode record says of the segment, if anything
      "response": "...", "reward": 1.0, "status": "COMPLETED", "termination": "end_turn", "error": null,
-     "metrics": {"turns": 2, "tool_calls": 1, "parse_errors": {}, ...}}   # the episode record's counters
+     "metrics": {"turns": 2, "tool_calls": 1, "parse_errors": {}, ...},   # the episode record's counters
+     "code": {"status": "failed", "passed": 0, "total": 1, "detail": "test 1: ...", ...}}
+                                 # code_reward's verdict (reward.kind: code), else null
 
 In memory the row holds the typed episode record (:class:`~slime_strands.agent.record.EpisodeRecord`, without
 its trajectory): ``termination``, ``error`` and ``metrics`` of a line are that record, saved. A counter this
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.record import EpisodeRecord
+from ..code_grading import CodeVerdict
 from ..errors import InputError
 from ..strict_reader import StrictReader
 from .config_digest import ConfigDigest
@@ -144,6 +147,9 @@ class TrajectoryRow:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     config: ConfigDigest | None = None
     """What configuration made the row (None in rows written before rows carried it)."""
+    code: CodeVerdict | None = None
+    """The code reward's verdict (``reward.kind: code``): the sandbox's status, the failing test's first lines;
+    None for another reward, or an episode that was not graded (FAILED, ABORTED)."""
 
     @property
     def termination(self) -> str:
@@ -210,13 +216,14 @@ class TrajectoryRow:
             "termination": self.termination,
             "error": self.error,
             "metrics": {k: v for k, v in self.record.to_metadata().items() if k not in _TOP_LEVEL},
+            "code": None if self.code is None else self.code.to_metadata(),
         }
 
     @classmethod
     def from_json(cls, data: Any) -> TrajectoryRow:
         """Read back :meth:`to_json`; ValueError saying what is wrong with anything else. Keys this version
-        does not know are ignored (a later version's); ``config``, ``tools`` and ``chat_template_kwargs`` may be
-        absent (rows written before they were saved)."""
+        does not know are ignored (a later version's); ``config``, ``tools``, ``chat_template_kwargs`` and
+        ``code`` may be absent (rows written before they were saved)."""
         d = StrictReader(data, "row")
         schema = d.optional("schema")
         if schema != SCHEMA:
@@ -230,7 +237,13 @@ class TrajectoryRow:
             tools=d.optional("tools"),
             chat_template_kwargs=dict(d.optional("chat_template_kwargs") or {}),
             config=ConfigDigest.from_json(d.optional("config")),
+            code=_code(d.optional("code")),
         )
+
+
+def _code(data: Any) -> CodeVerdict | None:
+    """The code verdict of a row, None where it has none."""
+    return None if data is None else CodeVerdict.from_metadata(data, "code")
 
 
 def _record(d: StrictReader) -> EpisodeRecord:

@@ -109,6 +109,25 @@ class TrajectoryView:
             f"{sum(s.tokens for s in self.segments)} tokens, {sum(s.trained for s in self.segments)} trained"
         )
 
+    @property
+    def verdict(self) -> list[str]:
+        """The code reward's verdict of a ``reward.kind: code`` row, as lines: its summary, then why (the
+        failing test's first lines, or why nothing ran) and the program's output; empty for other rows."""
+        code = self.row.code
+        if code is None:
+            return []
+        lines = [code.summary()]
+        if code.detail:
+            lines += ["why:", *("  " + line for line in code.detail.splitlines())]
+        if len(code.failures) > 1:
+            lines.append(
+                f"{len(code.failures) - 1} more failing test(s): "
+                + "; ".join(_cut(f) for f in code.failures[1:])
+            )
+        if code.program_output:
+            lines += ["program output:", *("  " + line for line in code.program_output.splitlines())]
+        return lines
+
 
 def token_texts(tokenizer: Any, token_ids: Sequence[int]) -> list[str]:
     """The text of each token, special tokens kept; a character split over tokens goes to the first of them."""

@@ -194,6 +194,19 @@ def test_the_readme_links_every_docs_page():
     assert linked == {path.name for path in DOCS.glob("*.md")}
 
 
+def test_the_documentation_table_links_the_code_environment():
+    """issue 43: the README's table of pages names the code environment, linked to the section that documents it
+    (its settings file, its data set and its reward)."""
+    table = _section(README, "## Documentation")
+    links = re.findall(r"\[([^\]]*code environment[^\]]*)\]\(docs/([\w-]+\.md)#([\w-]+)\)", table)
+    assert links, "the documentation table links no code environment"
+    for _, page, anchor in links:
+        heading = next(line for line in _doc(page).splitlines() if _anchors(line) == {anchor})
+        section = _section(_doc(page), heading)
+        for name in ("configs/strands_code.yaml", "--dataset humaneval", "slime_strands.reward.code_reward"):
+            assert name in section, (page, anchor, name)
+
+
 def test_benchmark_tables_live_only_in_performance_md():
     figure = re.compile(r"\d[\d,.]*\s?(?:ms|µs|/s)\b|\b\d+\.\d+x\b")
     assert figure.search(_doc("performance.md"))

@@ -11,6 +11,7 @@ import pytest
 from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.cli.errors import CommandError
 from slime_strands.cli.trajectory_keys import find_row, latest_rows
+from slime_strands.code_grading import CodeVerdict
 from slime_strands.trajectories.config_digest import ConfigDigest
 from slime_strands.trajectories.file import (
     SCHEMA,
@@ -61,6 +62,17 @@ def make_row(prompt_index: int = 0, sample: int = 0, **changes) -> TrajectoryRow
     return TrajectoryRow(**values)
 
 
+FAILED = CodeVerdict(
+    "failed",
+    passed=0,
+    total=1,
+    detail="test 0:\n  assert candidate(3.5) == 0.5\nAssertionError",
+    failures=("test 0:\n  assert candidate(3.5) == 0.5\nAssertionError",),
+    backend="bwrap",
+    duration_s=0.25,
+)
+
+
 def write(path, rows):
     writer = TrajectoryWriter(path)
     for row in rows:
@@ -74,11 +86,12 @@ def test_rows_round_trip_exactly(tmp_path):
         make_row(0, 0),
         make_row(0, 1, reward=0.0, error="why \udcff", segments=[described, described]),  # a lone surrogate
         make_row(1, 0, config=None),  # written before rows carried their configuration
+        make_row(2, 0, reward=0.0, code=FAILED),  # a code reward's verdict
     ]
     path = tmp_path / "t.jsonl"
     write(path, rows)
     assert [row for _, row in iter_rows(path)] == rows
-    assert [number for number, _ in iter_rows(path)] == [1, 2, 3]
+    assert [number for number, _ in iter_rows(path)] == [1, 2, 3, 4]
     first = json.loads(path.read_text().splitlines()[0])
     assert first["schema"] == SCHEMA and first["key"] == "0:0" and "q ✓" in path.read_text()
     assert first["config"] == {
@@ -88,7 +101,8 @@ def test_rows_round_trip_exactly(tmp_path):
         "tools": "o" * 16,
         "model": "m" * 16,
     }
-    assert find_row(path, "-1")[1] == rows[2] and find_row(path, "0:0") == (1, rows[0])
+    assert find_row(path, "-2")[1] == rows[2] and find_row(path, "0:0") == (1, rows[0])
+    assert first["code"] is None and find_row(path, "2:0")[1].code == FAILED
     assert rows[0].correct and not rows[1].correct
 
 
@@ -147,6 +161,8 @@ def test_cutting_a_torn_line_longer_than_the_read_chunk(tmp_path):
         (lambda d: d["metrics"].update(turns="2"), "turns must be an integer"),
         (lambda d: d.update(termination="done"), "unknown termination 'done'"),
         (lambda d: d.update(metrics=[1]), "metrics must be an object"),
+        (lambda d: d.update(code={"status": "failed", "failures": []}), "code: 'passed' missing"),
+        (lambda d: d.update(code=FAILED.to_metadata() | {"failures": [1]}), "failures must be strings"),
     ],
 )
 def test_malformed_rows_are_named_by_line(tmp_path, mutate, message):

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...agent.record import EpisodeRecord
+from ...code_grading import CodeVerdict
 from ...template.messages import to_template_messages, to_template_tools
 from ...trajectories.config_digest import ConfigDigest
 from ...trajectories.file import SavedImage, SavedSegment, SavedSpan, TrajectoryRow, row_key
@@ -38,10 +39,11 @@ def episode_row(
     tools: list[dict[str, Any]] | None,
     chat_template_kwargs: Mapping[str, Any],
     config: ConfigDigest | None = None,
+    code: CodeVerdict | None = None,
 ) -> TrajectoryRow:
     """The row of sample ``sample`` of ``prompt``: its episode's conversation, token segments and record;
     ``config``: the digests of the configuration that ran it (what an eval resume checks: a row without them is
-    not resumed)."""
+    not resumed); ``code``: the code reward's verdict (``reward.kind: code``), kept for ``inspect``."""
     segments = _segments(record)
     kept = dataclasses.replace(record, error=_bounded(record.error))
     return TrajectoryRow(
@@ -62,6 +64,7 @@ def episode_row(
         tools=tools,
         chat_template_kwargs=dict(chat_template_kwargs),
         config=config,
+        code=code,
     )
 
 

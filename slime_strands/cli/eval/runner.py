@@ -39,7 +39,7 @@ from ...provider.images import Vision, load_vision
 from ...provider.model import SGLangModel
 from ...provider.sampling import merge_sampling_params
 from ...provider.sampling_ranges import range_problems
-from ...reward import close_verify_workers, eval_reward
+from ...reward import EvalGrade, close_verify_workers, eval_grade
 from ...sandbox import placement_session, pool_summary
 from ...settings import PluginSettings, RayPoolSettings, RolloutWorkersSettings, SettingsError
 from ...template.render import ChatRenderer
@@ -383,16 +383,17 @@ class _Evaluator:
             if failing and not await sinks.watch.alive():
                 # failed with the server gone: not a FAILED row; the rerun runs this episode again
                 raise ServerGone(self.options.base_url)
-            reward = await self._reward(prompt, record)
+            graded = await self._grade(prompt, record)
             row = episode_row(
                 prompt,
                 sample,
                 record,
-                reward,
+                graded.reward,
                 tokenizer=self.options.tokenizer,
                 tools=specs,
                 chat_template_kwargs=self.template_kwargs,
                 config=self._config(),
+                code=graded.code,
             )
             if sinks.writer is not None:
                 await loop.run_in_executor(sinks.io, sinks.writer.append, row)
@@ -421,19 +422,18 @@ class _Evaluator:
             "top_p": self.options.top_p,
         }
 
-    async def _reward(self, prompt: EvalPrompt, record: EpisodeRecord) -> float:
-        """slime's eval reward on the fields ``generate`` writes; FAILED / ABORTED count as wrong."""
+    async def _grade(self, prompt: EvalPrompt, record: EpisodeRecord) -> EvalGrade:
+        """slime's eval reward on the fields ``generate`` writes (with the code verdict under ``reward.kind:
+        code``); FAILED / ABORTED count as wrong, ungraded."""
         if record.treatment.reward is not RewardRule.SCORE:
-            return 0.0
+            return EvalGrade(0.0)
         sample = _GradedSample(
             index=prompt.index,
             label=prompt.label,
             response=record.response,
             metadata={METADATA_KEY: record.to_metadata()},
         )
-        score = await eval_reward(self.settings.reward)(self._reward_args, sample)
-        assert isinstance(score, float), "one sample gets one score"
-        return score
+        return await eval_grade(self._reward_args, sample)
 
     def _config(self) -> ConfigDigest:
         assert self.digest is not None, "set before the first episode"

@@ -33,6 +33,7 @@ main { padding: 0 16px 40px; }
 .block.generated { border-color: #2da44e; }
 .block.observation { border-color: #218bff; }
 .head { font-size: 12px; color: #57606a; font-weight: 600; margin-bottom: 2px; }
+pre.verdict { white-space: pre-wrap; margin: 0; font: 13px/1.45 ui-monospace, monospace; }
 pre.tokens { white-space: pre-wrap; word-break: break-word; margin: 0; font: 13px/1.55 ui-monospace, monospace; }
 .notes { font-size: 12px; margin: 4px 0; padding-left: 18px; color: #444; }
 .t { border-radius: 2px; }
@@ -113,6 +114,12 @@ def render_html(view: TrajectoryView, *, low_logprob: float) -> str:
     segments = "".join(_segment(s, len(view.segments)) for s in view.segments) or (
         f"<p>No tokens: {_e(row.error or 'the episode produced none')}</p>"
     )
+    verdict = (
+        f"<section id='verdict'><h2>{_e(view.verdict[0])}</h2>"
+        f"<pre class='verdict'>{_e(chr(10).join(view.verdict[1:]))}</pre></section>"
+        if view.verdict
+        else ""
+    )
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
@@ -125,7 +132,7 @@ def render_html(view: TrajectoryView, *, low_logprob: float) -> str:
         f"<input id='threshold' type='number' step='0.1' value='{low_logprob:g}'></label> "
         "<span id='low-count'></span> · <label><input id='show-prompt' type='checkbox' checked> show the prompt"
         "</label></div></header>"
-        f"<main>{segments}</main><div id='tip' hidden></div><script>{_SCRIPT}</script></body></html>\n"
+        f"<main>{verdict}{segments}</main><div id='tip' hidden></div><script>{_SCRIPT}</script></body></html>\n"
     )
 
 

@@ -45,7 +45,9 @@ def token_class(block: Block, cell: TokenCell, low_logprob: float) -> str:
 
 
 def render_terminal(view: TrajectoryView, *, color: bool, low_logprob: float) -> str:
-    lines = [_bold(visible(view.headline), color), _legend(color, low_logprob)]
+    lines = [_bold(visible(view.headline), color)]
+    lines += [visible(line) for line in view.verdict]
+    lines.append(_legend(color, low_logprob))
     if not view.segments:
         lines.append(f"(no tokens: {view.row.error or 'the episode produced none'})")
     for segment in view.segments:
