@@ -47,7 +47,7 @@ ss_tick_start() { # phase [status_command]
             kill -0 "${parent}" 2>/dev/null || exit 0
             line="${phase}: $(ss_tick_elapsed $((SECONDS - started))) so far"
             if [ -n "${status}" ]; then
-                line="${line} ($(${status} 2>/dev/null | head -n 1))"
+                line="${line} ($({ ${status} || true; } 2>/dev/null | head -n 1))"
             fi
             printf '[slime-strands] ... %s\n' "${line}" >&2
         done
