@@ -25,12 +25,15 @@
 # pool's executions by Ray's account, and sandbox processes left, after train.py), server.log, ray.log, run_config/
 # (the settings, eval config and the exact train.py command), data/, model/, smoke.json (what ran, for
 # tests/slime_train). OUT_DIR must be new, empty, or an earlier smoke's (which is cleared). Any failure stops the
-# smoke with one [slime-strands] ERROR line and a non-zero status, after stopping what it started.
+# smoke with one [slime-strands] ERROR line and a non-zero status, after stopping what it started. The long
+# phases (the venvs' builds, the server's and the Ray head's start, train.py) say every SMOKE_TICK_S seconds (30)
+# what they are doing and for how long (scripts/lib/progress.sh); at the end, the lines of the logs that read as
+# failures but are expected are counted, each with what it means (scripts/slime_cpu/expected_lines.sh).
 #
 # Knobs (environment): the run's size NUM_ROLLOUT (4), ROLLOUT_BATCH_SIZE (2), N_SAMPLES_PER_PROMPT (2),
 # OVER_SAMPLING_BATCH_SIZE (4), MAX_RESPONSE_LEN (512), EVAL_PROMPTS (2), EVAL_N_SAMPLES (2); SMOKE_TIMEOUT_S
-# (1800, train.py's time limit); SLIME_STRANDS_SGLANG_PYTHON (a server venv's python to use instead of building
-# one, e.g. the real-SGLang tier's).
+# (1800, train.py's time limit); SMOKE_TICK_S (30, seconds between a long phase's progress lines);
+# SLIME_STRANDS_SGLANG_PYTHON (a server venv's python to use instead of building one, e.g. the real-SGLang tier's).
 set -euo pipefail
 
 if [ $# -ne 1 ] || [ -z "$1" ]; then
@@ -39,12 +42,18 @@ if [ $# -ne 1 ] || [ -z "$1" ]; then
 fi
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=lib/progress.sh
+source "${SS_SCRIPTS_DIR}/lib/progress.sh"
+# shellcheck source=slime_cpu/expected_lines.sh
+source "${SS_SCRIPTS_DIR}/slime_cpu/expected_lines.sh"
 
 SMOKE_DIR="${SS_SCRIPTS_DIR}/slime_cpu"
 SMOKE_MARKER=".slime-cpu-smoke"
 : "${SMOKE_CACHE:=${XDG_CACHE_HOME:-${HOME}/.cache}/slime-strands}"
 : "${SMOKE_SETTINGS:=${SMOKE_DIR}/smoke_settings.yaml}"
 : "${SMOKE_TIMEOUT_S:=1800}"
+: "${SMOKE_TICK_S:=30}"
+SS_TICK_S="${SMOKE_TICK_S}"
 : "${EVAL_PROMPTS:=2}"
 # The recipe's knobs, at the smoke's size (common.sh's ss_defaults fills in the rest).
 : "${NUM_ROLLOUT:=4}"
@@ -93,6 +102,7 @@ smoke_stop_group() { # pgid grace_s what
 smoke_cleanup() {
     local rc=$?
     local pids=()
+    ss_tick_stop
     if [ -n "${SMOKE_TRAIN_PID}" ]; then # interrupted while train.py ran
         smoke_stop_group "${SMOKE_TRAIN_PID}" 30 "train.py"
         SMOKE_TRAIN_PID=""
@@ -151,14 +161,18 @@ smoke_build() {
     local server_python="${SLIME_STRANDS_SGLANG_PYTHON:-}"
     if [ -z "${server_python}" ]; then
         ss_log "building (or checking) the SGLang server venv in ${SMOKE_CACHE}/sglang-venv (first time: minutes, ~6 GB)"
+        ss_tick_start "building the SGLang server venv (pip installs SGLang and torch)"
         server_python="$(bash "${SS_SCRIPTS_DIR}/real_sglang/build_venv.sh" "${SMOKE_CACHE}/sglang-venv" | tail -n 1)" ||
             ss_die "the SGLang server venv did not build (scripts/real_sglang/build_venv.sh)"
+        ss_tick_stop
     fi
     [ -x "${server_python}" ] || ss_die "the SGLang server's python ${server_python} is not executable"
     SERVER_PYTHON="${server_python}"
-    ss_log "building (or checking) the driver venv in ${SMOKE_CACHE}/slime-driver-venv"
+    ss_log "building (or checking) the driver venv in ${SMOKE_CACHE}/slime-driver-venv (first time: ~8 minutes)"
+    ss_tick_start "building the driver venv (pip installs slime's requirements, then imports what train.py imports)"
     PYTHON="$(bash "${SMOKE_DIR}/build_driver_venv.sh" "${SMOKE_CACHE}/slime-driver-venv" "${SERVER_PYTHON}" | tail -n 1)" ||
         ss_die "the driver venv did not build (scripts/slime_cpu/build_driver_venv.sh)"
+    ss_tick_stop
     SLIME_DIR="$(cd "${SLIME_SOURCE:-${SS_REPO_DIR}/../shared/slime}" && pwd)"
 }
 
@@ -202,7 +216,9 @@ smoke_start_server() {
         --model-dir "${OUT}/model" --log "${OUT}/server.log" --record "${OUT}/requests.jsonl" \
         --address-file "${address_file}" >"${OUT}/serve.log" 2>&1 </dev/null &
     SMOKE_SERVE_PID=$!
+    ss_tick_start "starting the SGLang server (it loads the model and warms up; log: ${OUT}/server.log)"
     smoke_wait_file "${address_file}" "${SMOKE_SERVE_PID}" 900 "the SGLang server" "${OUT}/serve.log"
+    ss_tick_stop
     SERVER_ADDRESS="$(cat "${address_file}")"
     HF_CHECKPOINT="${OUT}/model"
     ss_log "server ready behind ${SERVER_ADDRESS}"
@@ -227,6 +243,7 @@ smoke_start_ray() {
         --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$(smoke_free_port)" \
         --temp-dir "${SMOKE_RAY_TMP}" >"${OUT}/ray.log" 2>&1 </dev/null &
     SMOKE_RAY_PID=$!
+    ss_tick_start "starting the Ray head (log: ${OUT}/ray.log)"
     local waited=0
     until "${ray_bin}" status --address "127.0.0.1:${RAY_PORT}" >/dev/null 2>&1; do
         kill -0 "${SMOKE_RAY_PID}" 2>/dev/null || ss_die "the Ray head exited; the end of ${OUT}/ray.log:
@@ -235,6 +252,7 @@ $(tail -n 40 "${OUT}/ray.log")"
         sleep 2
         waited=$((waited + 2))
     done
+    ss_tick_stop
 }
 
 # train.py's arguments: the CPU-only ones here, every other group from common.sh (the recipe's own lists).
@@ -261,7 +279,9 @@ smoke_train() {
     local rc=0 started=${SECONDS}
     (cd "${SLIME_DIR}" && RAY_ADDRESS="127.0.0.1:${RAY_PORT}" exec setsid "${cmd[@]}") >"${OUT}/train.log" 2>&1 </dev/null &
     SMOKE_TRAIN_PID=$!
+    ss_tick_start "running slime's train.py (log: ${OUT}/train.log)" smoke_train_status
     wait "${SMOKE_TRAIN_PID}" || rc=$?
+    ss_tick_stop
     SMOKE_TRAIN_PID=""
     TRAIN_SECONDS=$((SECONDS - started))
     if [ "${rc}" = 124 ]; then
@@ -270,6 +290,13 @@ smoke_train() {
     [ "${rc}" = 0 ] || ss_die "train.py failed (exit ${rc}) after ${TRAIN_SECONDS} s; the end of ${OUT}/train.log:
 $(tail -n 60 "${OUT}/train.log")"
     ss_log "train.py finished in ${TRAIN_SECONDS} s"
+}
+
+# What train.py is at, for its progress line: the rollouts it saved so far.
+smoke_train_status() {
+    local saved=("${OUT}"/rollout_[0-9]*.pt)
+    [ -e "${saved[0]}" ] || saved=()
+    printf '%d of %d rollouts saved' "${#saved[@]}" "${NUM_ROLLOUT}"
 }
 
 # train.py has exited, the Ray head still runs: what its actors and the sandbox pool left (tests/slime_train says
@@ -323,6 +350,7 @@ smoke_main() {
     ss_log "stopping the Ray head and the server"
     smoke_cleanup
     smoke_collect
+    smoke_expected_lines "${OUT}"
     ss_log "done in $((SECONDS - started)) s (train.py ${TRAIN_SECONDS} s): ${OUT}"
 }
 

@@ -41,6 +41,29 @@ def own_ray_tmpdir() -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def ray_lines(stderr: str) -> list[str]:
+    """The lines saying what became of the Ray the command started or joined."""
+    return [line for line in stderr.splitlines() if line.startswith("ray: ")]
+
+
+def home_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> Path:
+    """A home folder of the test's own (HOME, for the child process) holding ``files`` (path -> text)."""
+    home = tmp_path / "home"
+    for name, text in files.items():
+        home.joinpath(name).parent.mkdir(parents=True, exist_ok=True)
+        home.joinpath(name).write_text(text)
+    monkeypatch.setenv("HOME", str(home))
+    home.mkdir(exist_ok=True)
+    return home
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every file below ``folder`` (relative path -> text), and every folder (-> "")."""
+    return {
+        str(p.relative_to(folder)): (p.read_text() if p.is_file() else "") for p in sorted(folder.rglob("*"))
+    }
+
+
 @contextlib.contextmanager
 def local_ray(num_cpus: int = 4, env_vars: dict[str, str] | None = None) -> Iterator[None]:
     """A new local Ray for this process (never an existing cluster), stopped afterwards; ``env_vars``: its

@@ -31,12 +31,12 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from .._aio import within
+from .._ray_session import join_ray
 from ..errors import ConfigurationError
 from ..settings import SandboxSettings
 from ._ray_slots import Slots, Unavailable
@@ -509,29 +509,8 @@ class RayPlacement(Placement):
 
     def join(self) -> Callable[[], None] | None:
         """Connect this process to Ray: ``RAY_ADDRESS``'s cluster, else a new local one; None when it
-        already is (inside slime). Returns what disconnects it (and stops a Ray it started)."""
-        ray = _ray()
-        if ray.is_initialized():
-            return None
-        address = os.environ.get("RAY_ADDRESS") or None  # never another cluster found on this machine
-        try:
-            ray.init(
-                address=address or "local",
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except Exception as exc:
-            where = f"the Ray cluster at RAY_ADDRESS={address}" if address else "a local Ray"
-            fix = (
-                "check the address, or unset RAY_ADDRESS to start a local Ray" if address else "see Ray's log"
-            )
-            raise SandboxPoolError(
-                f"cannot start or join {where}: {type(exc).__name__}: {exc}: {fix}"
-            ) from None
-        where = f"joined the Ray cluster at {address}" if address else "started a local Ray"
-        logger.info("slime-strands sandbox: %s for the sandbox pool", where)
-        return ray.shutdown  # type: ignore[no-any-return]
+        already is (inside slime). Returns what disconnects it (and stops and removes a Ray it started)."""
+        return join_ray(_ray(), SandboxPoolError)
 
 
 RAY = RayPlacement()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 from collections.abc import Iterator
 
+from .._ray_session import join_ray
 from ..agent.runner import IN_PROCESS, EpisodeRunner
 from ..agent.runtime import Runtime
 from ..settings import PluginSettings
@@ -65,30 +65,15 @@ def workers_session(settings: PluginSettings) -> Iterator[None]:
         return
     from ._pool import _ray
 
-    ray = _ray()
-    joined = False
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS") or None
-        try:
-            ray.init(
-                address=address or "local",
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        except Exception as exc:
-            raise RolloutWorkersError(
-                f"rollout_workers: cannot start or join {address or 'a local Ray'}: {type(exc).__name__}: {exc}"
-            ) from None
-        joined = True
+    leave = join_ray(_ray(), lambda message: RolloutWorkersError(f"rollout_workers: {message}"))
     try:
         yield
     finally:
         for pool in pools():
             pool.kill()
         _POOLS.clear()
-        if joined:
-            ray.shutdown()
+        if leave is not None:
+            leave()
 
 
 def worker_metrics() -> dict[str, float]:

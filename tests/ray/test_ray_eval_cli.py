@@ -5,11 +5,13 @@ gives, and nothing of Ray or the pool is left once the command has exited."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
 from cli_helpers import check_row, eval_argv, latest, read_rows, run_cli_process, write_data
-from ray_kit import own_ray_tmpdir, python_call, wait_until
+from ray_kit import home_with, own_ray_tmpdir, python_call, ray_lines, tree, wait_until
 
 from slime_strands.testing import SGLangTestServer
 
@@ -36,6 +38,11 @@ def _config(path: Path) -> Path:
 
 
 def _eval(server, tmp_path: Path, name: str, *extra: str) -> dict:
+    return _eval_stderr(server, tmp_path, name, *extra)[0]
+
+
+def _eval_stderr(server, tmp_path: Path, name: str, *extra: str) -> tuple[dict, str]:
+    """The rows of an eval run in a child process, and what it printed on stderr."""
     data = write_data(tmp_path / "data.jsonl", [{"prompt": f"Problem {p}", "label": "42"} for p in range(3)])
     out = tmp_path / f"{name}.jsonl"
     _script(server)
@@ -58,7 +65,7 @@ def _eval(server, tmp_path: Path, name: str, *extra: str) -> dict:
     rows = latest(read_rows(out))
     for row in rows.values():
         check_row(row, server)
-    return rows
+    return rows, stderr
 
 
 def _processes_under(directory: str) -> list[str]:
@@ -78,9 +85,19 @@ def _processes_under(directory: str) -> list[str]:
 def test_eval_on_a_ray_pool_it_starts_matches_a_local_sandbox(server, tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     local = _eval(server, tmp_path, "local")
+    home = home_with(tmp_path, monkeypatch, {".ray/notes.txt": "the user's own"})
     with own_ray_tmpdir() as ray_dir:
-        on_ray = _eval(server, tmp_path, "ray", "--sandbox-placement", "ray")
+        on_ray, stderr = _eval_stderr(server, tmp_path, "ray", "--sandbox-placement", "ray")
         assert not _processes_under(ray_dir), "Ray and its workers stop with the command"
+        assert os.listdir(ray_dir) == [], "the Ray the command started leaves no session folder behind"
+    # No auth token (nor anything else) left in the home; what was there before is untouched.
+    assert tree(home) == {".ray": "", ".ray/notes.txt": "the user's own"}
+    [line] = ray_lines(stderr)
+    assert re.fullmatch(
+        f"ray: the local Ray this command started kept its session in {re.escape(ray_dir)}/ss-ray-[^/]+/"
+        "session_[^/]+: removed",
+        line,
+    ), line
     assert local.keys() == on_ray.keys() == {"0:0", "1:0", "2:0"}
     for key in local:
         assert [s.token_ids for s in local[key].segments] == [s.token_ids for s in on_ray[key].segments]
@@ -101,8 +118,12 @@ async def test_eval_joins_the_cluster_at_ray_address_and_leaves_it_running(serve
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
         try:
             monkeypatch.setenv("RAY_ADDRESS", cluster.address)
-            rows = _eval(server, tmp_path, "joined", "--sandbox-placement", "ray")
+            rows, stderr = _eval_stderr(server, tmp_path, "joined", "--sandbox-placement", "ray")
             assert set(rows) == {"0:0", "1:0", "2:0"}
+            [line] = ray_lines(stderr)
+            assert line.startswith(
+                f"ray: the Ray cluster at {cluster.address} was joined and is left running, "
+            ), line
             assert "42" in _tool_results(rows["0:0"])[0]
             ray.init(address=cluster.address, log_to_driver=False)
             try:  # the cluster outlived the command; the pool's workers (a CPU each) did not

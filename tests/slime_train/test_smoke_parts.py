@@ -7,9 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import types
+import uuid
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,134 @@ def test_the_smoke_refuses_a_folder_it_did_not_write_and_leaves_it_alone(tmp_pat
     assert result.returncode == 1
     assert "is not empty and not an earlier smoke's" in result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+PROGRESS = REPO / "scripts" / "lib" / "progress.sh"
+EXPECTED_LINES = REPO / "scripts" / "slime_cpu" / "expected_lines.sh"
+_GUARD_S = 120.0
+"""How long a step of a script may take before the test fails as hung (never reached unless broken)."""
+
+
+def _carrying(entry: bytes) -> set[int]:
+    """The live processes whose environment holds ``entry`` (a marker the test's script passed on)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                environ = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if entry in environ:
+                found.add(int(proc.name))
+    return found
+
+
+def _wait_for(path: Path, text: str) -> None:
+    deadline = time.monotonic() + _GUARD_S
+    while text not in path.read_text():
+        if time.monotonic() > deadline:
+            pytest.fail(f"hung: {text!r} not written within {_GUARD_S:g} s; wrote {path.read_text()!r}")
+        time.sleep(0.05)
+
+
+def test_the_progress_ticker_says_the_phase_and_its_time_and_leaves_no_process(tmp_path: Path) -> None:
+    """A phase with a ticker every second prints the phase, its elapsed time and its status; once the phase has
+    stopped the ticker, no process of it is left (the ticker's subshell nor its sleep)."""
+    log = tmp_path / "stderr.txt"
+    token = uuid.uuid4().hex
+    script = f"""set -euo pipefail
+source {PROGRESS}
+where() {{ echo "step 3 of 4"; }}
+SS_TICK_S=1 ss_tick_start "warming up the model" where
+until [ "$(grep -c 'warming up' {log})" -ge 3 ]; do sleep 0.05; done
+ss_tick_stop
+echo "phase over: $(ss_tick_elapsed 42) $(ss_tick_elapsed 90) $(ss_tick_elapsed 3600)" >&2
+exec sleep 600
+"""
+    with log.open("w") as err:
+        process = subprocess.Popen(
+            ["bash", "-c", script], stderr=err, env={**os.environ, "SS_TICK_TEST": token}
+        )
+    try:
+        _wait_for(log, "phase over")
+        left = _carrying(f"SS_TICK_TEST={token}".encode())
+        assert left == {process.pid}, "a process of the ticker outlived ss_tick_stop"
+    finally:
+        process.kill()
+        process.wait()
+    *ticks, last = log.read_text().splitlines()
+    assert last == "phase over: 42s 1m30s 60m00s"
+    elapsed = []
+    for line in ticks:
+        match = re.fullmatch(
+            r"\[slime-strands\] \.\.\. warming up the model: (\d+)s so far \(step 3 of 4\)", line
+        )
+        assert match, line
+        elapsed.append(int(match[1]))
+    assert len(elapsed) >= 3 and elapsed == sorted(elapsed) and elapsed[-1] > elapsed[0]
+
+
+_SAMPLE_LINES = {  # each expected line as its program writes it, and the log the smoke finds it in
+    "aiohttp": (
+        "server.log",
+        "Error handling request from 127.0.0.1\nTraceback (most recent call last):\n"
+        "aiohttp.http_exceptions.BadHttpMessage: 400, message:\n  Pause on PRI/Upgrade:\n\n"
+        "    b'PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n'\n      ^\n",
+    ),
+    "Ray": (
+        "ray.log",
+        "2026-12-03 07:45:01,123\tERROR node.py:721 -- Failed to mark the local node as draining on SIGTERM; "
+        "proceeding with immediate shutdown.\n",
+    ),
+    "Strands": (
+        "train.log",
+        "(RolloutManager pid=4242) exception=<GenerationAbortedError> | event loop cycle failed\n",
+    ),
+    "transformers": (
+        "train.log",
+        "The tokenizer you are loading from '/tmp/out/model' with an incorrect regex pattern: https://hf.co/x. "
+        "This will lead to incorrect tokenization.\n",
+    ),
+}
+_NOISE = "INFO everything is fine\nWARNING a real warning\n"
+
+
+def _expected_summary(out: Path) -> list[str]:
+    result = subprocess.run(
+        ["bash", "-c", f'set -euo pipefail; source "{EXPECTED_LINES}"; smoke_expected_lines "{out}"'],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0 and result.stdout == "", result.stderr
+    return result.stderr.splitlines()
+
+
+@pytest.mark.parametrize("program", sorted(_SAMPLE_LINES))
+def test_the_smokes_summary_names_an_expected_line_found_and_no_other(tmp_path: Path, program: str) -> None:
+    for log in ("train.log", "server.log", "serve.log", "ray.log"):
+        (tmp_path / log).write_text(_NOISE)
+    log, sample = _SAMPLE_LINES[program]
+    (tmp_path / log).write_text(_NOISE + sample + _NOISE + sample)
+    header, *named = _expected_summary(tmp_path)
+    assert header == "[slime-strands] lines in the logs that read as failures but are expected:"
+    assert len(named) == 1, named
+    assert named[0].startswith(f"[slime-strands]   2 x {program} "), named
+    assert f" ({log}): " in named[0], named  # where, and what it means
+    assert len(named[0].split(": ", 1)[1]) > 40, named
+
+
+def test_the_smokes_summary_counts_each_expected_line_in_every_log_and_says_nothing_without_one(
+    tmp_path: Path,
+) -> None:
+    assert _expected_summary(tmp_path) == []  # no logs
+    for log in ("train.log", "server.log", "serve.log", "ray.log"):
+        (tmp_path / log).write_text(_NOISE)
+    assert _expected_summary(tmp_path) == []
+    (tmp_path / "train.log").write_text(_SAMPLE_LINES["Strands"][1] * 3 + _SAMPLE_LINES["transformers"][1])
+    (tmp_path / "serve.log").write_text(_SAMPLE_LINES["Strands"][1])
+    _, *named = _expected_summary(tmp_path)
+    assert [line.split(" (")[0] for line in named] == [
+        '[slime-strands]   4 x Strands "exception=<GenerationAbortedError> | event loop cycle failed"',
+        '[slime-strands]   1 x transformers "incorrect regex pattern"',
+    ]
+    assert "(train.log serve.log)" in named[0]

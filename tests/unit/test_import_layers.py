@@ -38,9 +38,10 @@ SKIPPED = frozenset({".git", ".venv", "venv", "build", "dist", "node_modules", "
 # Bottom to top. A prefix names a module or a whole package; the longest matching prefix wins. Files outside a
 # package are named by their path (``tests/...``, ``benchmarks/...``, ``scripts/...``).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    (  # errors, the time limit, pip hints, the strict reader of saved data
+    (  # errors, the time limit, pip hints, the strict reader of saved data, joining Ray outside slime
         "slime_strands.errors",
         "slime_strands._aio",
+        "slime_strands._ray_session",
         "slime_strands.strict_reader",
     ),
     ("slime_strands.tool_parsers",),  # text -> tool calls; knows no tokenizer, template or agent
