@@ -223,3 +223,7 @@ def test_three_steps_of_slimes_fully_async_rollout_with_aborts_and_eval_between(
         for sample in evals:
             assert sample.status.name == "COMPLETED" and sample.reward == 1.0
             assert_sample_invariants(sample)
+        # which loop ran each: training on the fully-async worker's thread, eval on slime's main loop's
+        assert {EpisodeRecord.of(s).rollout_thread for s in samples} == {"fully-async-rollout"}
+        eval_threads = {EpisodeRecord.of(s).rollout_thread for s in evals}
+        assert len(eval_threads) == 1 and eval_threads.isdisjoint({None, "fully-async-rollout"}), eval_threads

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -169,3 +170,18 @@ def test_the_smoke_refuses_a_folder_it_did_not_write_and_leaves_it_alone(tmp_pat
     assert result.returncode == 1
     assert "is not empty and not an earlier smoke's" in result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+def test_the_smokes_configurations_are_the_ones_its_tests_know(tmp_path: Path) -> None:
+    """An unknown SMOKE_CONFIG stops the smoke before it builds anything, naming the configurations it has: the
+    ones tests/slime_train checks (smoke_output.CONFIGURATIONS) and CI runs (.ci/run)."""
+    from slime_train.smoke_output import CONFIGURATIONS
+
+    env = {**os.environ, "SMOKE_CONFIG": "nope"}
+    result = subprocess.run(["bash", str(SMOKE), str(tmp_path)], capture_output=True, text=True, env=env)
+    assert result.returncode == 2
+    (line,) = [line for line in result.stderr.splitlines() if "SMOKE_CONFIG=nope" in line]
+    assert line.split("configurations are ", 1)[1].split(" and ") == sorted(CONFIGURATIONS)
+    assert list(tmp_path.iterdir()) == []
+    (ci,) = re.findall(r'^smoke_configs="([^"]*)"$', (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+    assert sorted(ci.split()) == sorted(CONFIGURATIONS)
