@@ -102,6 +102,15 @@ def wait_for(predicate, what: str) -> None:
         time.sleep(0.02)
 
 
+def abort_all(server: SGLangTestServer) -> None:
+    """``/abort_request`` for every request in flight, as slime's weight update's engine pause aborts them."""
+    request = urllib.request.Request(
+        f"{server.base_url}/abort_request", data=json.dumps({"abort_all": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    urllib.request.urlopen(request, timeout=30).read()
+
+
 def weight_update(
     server: SGLangTestServer,
     worker: Any,
@@ -116,11 +125,7 @@ def weight_update(
     buffer.open = False
     wait_for(in_flight, "the held group in flight")
     worker.state.aborted = True
-    request = urllib.request.Request(
-        f"{server.base_url}/abort_request", data=json.dumps({"abort_all": True}).encode(),
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
-    urllib.request.urlopen(request, timeout=30).read()
+    abort_all(server)
     ids = {s.session_id for s in held}
     wait_for(
         lambda: any({s.session_id for s in g} == ids for g in buffer.waiting()), "the aborted group back"
@@ -252,11 +257,7 @@ def test_an_abort_without_slimes_flag_hands_the_group_back_with_no_server_abort_
             buffer.open = False
             wait_for(lambda: all(policy.parked(s.session_id) for s in b), "the held group in flight")
             assert not worker.state.aborted  # no flag: only the server's abort
-            request = urllib.request.Request(
-                f"{server.base_url}/abort_request", data=json.dumps({"abort_all": True}).encode(),
-                headers={"Content-Type": "application/json"},
-            )  # fmt: skip
-            urllib.request.urlopen(request, timeout=30).read()
+            abort_all(server)
             ids = {s.session_id for s in b}
             wait_for(lambda: any({s.session_id for s in g} == ids for g in buffer.waiting()), "B back")
             assert all(s.status.name == "ABORTED" for s in b)
