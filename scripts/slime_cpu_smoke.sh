@@ -30,6 +30,20 @@
 # what they are doing and for how long (scripts/lib/progress.sh); at the end, the lines of the logs that read as
 # failures but are expected are counted, each with what it means (scripts/slime_cpu/expected_lines.sh).
 #
+# Configurations (SMOKE_CONFIG, one per run; CI runs each into its own OUT_DIR, tests/slime_train checks each):
+#   sync (default): slime's default rollout function (sglang_rollout.generate_rollout) with over-sampling and
+#       partial rollout: slime aborts the slowest groups when a step has its batch; overlay smoke_settings.yaml.
+#   async_workers: slime's fully-async rollout function (--rollout-function-path
+#       slime.rollout.fully_async_rollout.generate_rollout_fully_async: its own event loop on a background thread,
+#       groups in flight across steps, ABORTED groups back to the data buffer), eval through slime's default
+#       function on slime's main loop (the fully-async one refuses eval), episodes on two rollout workers (overlay
+#       smoke_workers.yaml), partial rollout, and between steps the abort slime's weight update sends (skipped by
+#       --debug-rollout-only): scripts/slime_cpu/abort_between_steps.py posts /abort_request for all to the
+#       server once each step but the last is saved. SGLANG_SERVER_CONCURRENCY (4) groups in flight. Eval runs
+#       once, before the first step (EVAL_INTERVAL defaults past NUM_ROLLOUT): slime's GenerateState holds ONE
+#       asyncio.Semaphore for both loops, and once one loop has waited on it, the other waiting too raises
+#       "bound to a different event loop" (docs/slime.md, "Fully-async training with agents").
+#
 # Knobs (environment): the run's size NUM_ROLLOUT (4), ROLLOUT_BATCH_SIZE (2), N_SAMPLES_PER_PROMPT (2),
 # OVER_SAMPLING_BATCH_SIZE (4), MAX_RESPONSE_LEN (512), EVAL_PROMPTS (2), EVAL_N_SAMPLES (2); SMOKE_TIMEOUT_S
 # (1800, train.py's time limit); SMOKE_TICK_S (30, seconds between a long phase's progress lines);
@@ -50,7 +64,24 @@ source "${SS_SCRIPTS_DIR}/slime_cpu/expected_lines.sh"
 SMOKE_DIR="${SS_SCRIPTS_DIR}/slime_cpu"
 SMOKE_MARKER=".slime-cpu-smoke"
 : "${SMOKE_CACHE:=${XDG_CACHE_HOME:-${HOME}/.cache}/slime-strands}"
-: "${SMOKE_SETTINGS:=${SMOKE_DIR}/smoke_settings.yaml}"
+: "${SMOKE_CONFIG:=sync}"
+case "${SMOKE_CONFIG}" in
+    sync)
+        : "${SMOKE_SETTINGS:=${SMOKE_DIR}/smoke_settings.yaml}"
+        SMOKE_ROLLOUT=sync
+        ;;
+    async_workers)
+        : "${SMOKE_SETTINGS:=${SMOKE_DIR}/smoke_workers.yaml}"
+        SMOKE_ROLLOUT=fully_async
+        : "${SGLANG_SERVER_CONCURRENCY:=4}"
+        : "${EVAL_INTERVAL:=1000}"
+        ;;
+    *)
+        echo "[slime-strands] ERROR: SMOKE_CONFIG=${SMOKE_CONFIG}: the smoke's configurations are async_workers and sync" >&2
+        exit 2
+        ;;
+esac
+: "${SGLANG_SERVER_CONCURRENCY:=}" # empty: slime's default
 : "${SMOKE_TIMEOUT_S:=1800}"
 : "${SMOKE_TICK_S:=30}"
 SS_TICK_S="${SMOKE_TICK_S}"
@@ -74,6 +105,7 @@ SS_TICK_S="${SMOKE_TICK_S}"
 SMOKE_SERVE_PID=""
 SMOKE_RAY_PID=""
 SMOKE_TRAIN_PID=""
+SMOKE_ABORT_PID=""
 SMOKE_RAY_TMP=""
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +139,7 @@ smoke_cleanup() {
         smoke_stop_group "${SMOKE_TRAIN_PID}" 30 "train.py"
         SMOKE_TRAIN_PID=""
     fi
+    smoke_stop_aborts
     if [ -n "${SMOKE_RAY_PID}" ]; then
         smoke_stop_group "${SMOKE_RAY_PID}" 60 "the Ray head" &
         pids+=($!)
@@ -255,6 +288,21 @@ $(tail -n 40 "${OUT}/ray.log")"
     ss_tick_stop
 }
 
+# The fully-async configuration's stand-in for slime's weight update between steps (abort_between_steps.py).
+smoke_start_aborts() {
+    [ "${SMOKE_ROLLOUT}" = fully_async ] || return 0
+    "${PYTHON}" "${SMOKE_DIR}/abort_between_steps.py" "${OUT}" "${SERVER_ADDRESS}" "${NUM_ROLLOUT}" \
+        >"${OUT}/run_config/aborts.log" 2>&1 </dev/null &
+    SMOKE_ABORT_PID=$!
+}
+
+smoke_stop_aborts() {
+    [ -n "${SMOKE_ABORT_PID}" ] || return 0
+    kill -TERM "${SMOKE_ABORT_PID}" 2>/dev/null || true
+    wait "${SMOKE_ABORT_PID}" 2>/dev/null || true
+    SMOKE_ABORT_PID=""
+}
+
 # train.py's arguments: the CPU-only ones here, every other group from common.sh (the recipe's own lists).
 smoke_train_args() {
     ss_load_model_args
@@ -267,6 +315,11 @@ smoke_train_args() {
         --hf-checkpoint "${HF_CHECKPOINT}" "${MODEL_ARGS[@]}" --advantage-estimator grpo
         "${SS_ROLLOUT_ARGS[@]}" "${SS_EVAL_ARGS[@]}" "${SS_WANDB_ARGS[@]}" "${SS_PLUGIN_ARGS[@]}"
         --save-debug-rollout-data "${OUT}/rollout_{rollout_id}.pt")
+    if [ "${SMOKE_ROLLOUT}" = fully_async ]; then
+        TRAIN_ARGS+=(--rollout-function-path slime.rollout.fully_async_rollout.generate_rollout_fully_async
+            --eval-function-path slime.rollout.sglang_rollout.generate_rollout
+            --sglang-server-concurrency "${SGLANG_SERVER_CONCURRENCY}")
+    fi
 }
 
 # train.py runs in a session of its own (its pid leads the group of timeout and the driver), in the
@@ -280,9 +333,11 @@ smoke_train() {
     (cd "${SLIME_DIR}" && RAY_ADDRESS="127.0.0.1:${RAY_PORT}" exec setsid "${cmd[@]}") >"${OUT}/train.log" 2>&1 </dev/null &
     SMOKE_TRAIN_PID=$!
     ss_tick_start "running slime's train.py (log: ${OUT}/train.log)" smoke_train_status
+    smoke_start_aborts
     wait "${SMOKE_TRAIN_PID}" || rc=$?
     ss_tick_stop
     SMOKE_TRAIN_PID=""
+    smoke_stop_aborts
     TRAIN_SECONDS=$((SECONDS - started))
     if [ "${rc}" = 124 ]; then
         ss_die "train.py did not finish within SMOKE_TIMEOUT_S=${SMOKE_TIMEOUT_S} s; see ${OUT}/train.log"
@@ -321,7 +376,13 @@ smoke_collect() {
     [ -s "${OUT}/rollout_eval_0.pt" ] || missing+=("rollout_eval_0.pt")
     [ "${#missing[@]}" = 0 ] || ss_die "train.py exited 0 but did not save ${missing[*]} in ${OUT}; see ${OUT}/train.log"
     local var values=()
-    for var in NUM_ROLLOUT ROLLOUT_BATCH_SIZE N_SAMPLES_PER_PROMPT OVER_SAMPLING_BATCH_SIZE PARTIAL_ROLLOUT \
+    if [ "${SMOKE_ROLLOUT}" = fully_async ]; then
+        local aborts
+        aborts="$(wc -l <"${OUT}/aborts.jsonl" 2>/dev/null || echo 0)"
+        [ "${aborts}" -ge $((NUM_ROLLOUT - 1)) ] ||
+            ss_die "the abort between steps ran ${aborts} times, not $((NUM_ROLLOUT - 1)); see ${OUT}/run_config/aborts.log"
+    fi
+    for var in SMOKE_CONFIG SMOKE_ROLLOUT SGLANG_SERVER_CONCURRENCY NUM_ROLLOUT ROLLOUT_BATCH_SIZE N_SAMPLES_PER_PROMPT OVER_SAMPLING_BATCH_SIZE PARTIAL_ROLLOUT \
         MASK_OFFPOLICY EVAL_INTERVAL EVAL_PROMPTS EVAL_N_SAMPLES MAX_RESPONSE_LEN EVAL_MAX_RESPONSE_LEN \
         PLUGIN_CONFIG SMOKE_SETTINGS HF_CHECKPOINT TRAIN_DATA EVAL_DATA TRAIN_SECONDS; do
         values+=("${var}=${!var}")

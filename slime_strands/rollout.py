@@ -39,6 +39,7 @@ import asyncio
 import copy
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -98,6 +99,7 @@ async def _generate(args: Any, sample: Any, sampling_params: Mapping[str, Any], 
         regenerations=attempts,
         wall_time_s=time.perf_counter() - started,
         offpolicy_masked_tokens=carried,
+        rollout_thread=threading.current_thread().name,
     )
     record = bound_staleness(
         record, slime.settings.staleness, before_continuation=contract.mask_offpolicy, training=not evaluation

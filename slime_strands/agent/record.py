@@ -229,6 +229,10 @@ class EpisodeRecord:
     """Generated tokens the staleness bound took out of the loss (``staleness.on_exceed: mask``)."""
     stale_dropped: bool = False
     """The staleness bound ended the episode FAILED (``staleness.on_exceed: drop``)."""
+    rollout_thread: str | None = None
+    """The name of the thread whose event loop called ``generate`` for this attempt: slime's ``async_utils``
+    loop for its default rollout and for eval, ``fully-async-rollout`` for slime's fully-async worker (on rollout
+    workers too: the driver's, where slime called it)."""
     segments: Sequence[SegmentRecord] = ()
     """The episode's trajectory segments, in sample order (empty when nothing was generated)."""
     segment: int | None = None

@@ -102,6 +102,15 @@ def wait_for(predicate, what: str) -> None:
         time.sleep(0.02)
 
 
+def abort_all(server: SGLangTestServer) -> None:
+    """``/abort_request`` for every request in flight, as slime's weight update's engine pause aborts them."""
+    request = urllib.request.Request(
+        f"{server.base_url}/abort_request", data=json.dumps({"abort_all": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    urllib.request.urlopen(request, timeout=30).read()
+
+
 def weight_update(
     server: SGLangTestServer,
     worker: Any,
@@ -116,11 +125,7 @@ def weight_update(
     buffer.open = False
     wait_for(in_flight, "the held group in flight")
     worker.state.aborted = True
-    request = urllib.request.Request(
-        f"{server.base_url}/abort_request", data=json.dumps({"abort_all": True}).encode(),
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
-    urllib.request.urlopen(request, timeout=30).read()
+    abort_all(server)
     ids = {s.session_id for s in held}
     wait_for(
         lambda: any({s.session_id for s in g} == ids for g in buffer.waiting()), "the aborted group back"
@@ -223,3 +228,50 @@ def test_three_steps_of_slimes_fully_async_rollout_with_aborts_and_eval_between(
         for sample in evals:
             assert sample.status.name == "COMPLETED" and sample.reward == 1.0
             assert_sample_invariants(sample)
+        # which loop ran each: training on the fully-async worker's thread, eval on slime's main loop's
+        assert {EpisodeRecord.of(s).rollout_thread for s in samples} == {"fully-async-rollout"}
+        eval_threads = {EpisodeRecord.of(s).rollout_thread for s in evals}
+        assert len(eval_threads) == 1 and eval_threads.isdisjoint({None, "fully-async-rollout"}), eval_threads
+
+
+def test_an_abort_without_slimes_flag_hands_the_group_back_with_no_server_abort_retries(slime, tokenizer):
+    """What slime's weight update does under its fully-async rollout: its engines' pause aborts every request in
+    flight WITHOUT ``GenerateState.aborted``. With ``server_abort_retries: 0`` the cut episode ends ABORTED, slime's
+    worker hands its group back to the buffer whole, and the next step continues it token-exact at the new version
+    (with the default the turn would be sent again in place: the smoke's first run of async_workers)."""
+    fully_async = importlib.import_module("slime.rollout.fully_async_rollout")
+    with SGLangTestServer(tokenizer, routed_experts=(LAYERS, TOPK)) as server:
+        policy = ContinuingPolicy(server, tokenizer)
+        policy.weight_version = "1"
+        args = slime_args(server, batch=1, server_abort_retries=0)
+        buffer = DataBuffer(slime.Sample)
+        trained: list[list[Any]] = []
+        try:
+            a, b = buffer.new_group(), buffer.new_group()
+            for s in [*a, *b]:
+                policy.script(s.session_id, *TURNS)
+            for s in b:
+                policy.hold(s.session_id, 2, "running")
+            trained += fully_async.generate_rollout_fully_async(args, 0, buffer)
+            worker = fully_async._global_worker
+            buffer.open = False
+            wait_for(lambda: all(policy.parked(s.session_id) for s in b), "the held group in flight")
+            assert not worker.state.aborted  # no flag: only the server's abort
+            abort_all(server)
+            ids = {s.session_id for s in b}
+            wait_for(lambda: any({s.session_id for s in g} == ids for g in buffer.waiting()), "B back")
+            assert all(s.status.name == "ABORTED" for s in b)
+            policy.weight_version = "2"
+            buffer.open = True
+            trained += fully_async.generate_rollout_fully_async(args, 1, buffer)
+        finally:
+            fully_async._stop_global_worker()
+        assert sorted(s.session_id for g in trained for s in g) == sorted(s.session_id for s in [*a, *b])
+        for sample in (s for g in trained for s in g):
+            assert sample.status.name == "COMPLETED" and sample.reward == 1.0, sample.status
+            assert_sample_invariants(sample)
+            assert_sample_matches_server(sample, server, routing_key=sample.session_id)
+        for sample in b:
+            record = EpisodeRecord.of(sample)
+            assert record.continuations == 1 and record.turns_saved >= 1, record
+            assert {v for v, _, _ in version_mask(server, sample)} == {"1", "2"}

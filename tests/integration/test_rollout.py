@@ -164,6 +164,22 @@ async def test_server_aborting_every_time_fails_the_sample_with_the_reason(serve
     assert len(session_requests(server, sample)) == 4
 
 
+async def test_no_server_abort_retries_ends_the_episode_aborted_at_the_first_abort(
+    server, monkeypatch, tokenizer
+):
+    """``server_abort_retries: 0`` (slime's fully-async rollout, whose weight update aborts requests without slime's
+    flag): the first abort the server answers ends the episode ABORTED, not FAILED and not sent again, so that
+    slime's worker hands its group back; the turns before it are kept."""
+    install_generate_state(monkeypatch, tokenizer)
+    sample = new_sample()
+    cut = Turn("partial", finish="abort", abort_message="paused for a weight update")
+    args = make_args(server, strands={"server_abort_retries": 0})
+    out = await run(server, args, sample, CALL_ADD, cut, "never sent")
+    assert out.status == Sample.Status.ABORTED and out.reward is None and not out.remove_sample
+    assert record(out).termination is Termination.ABORTED and record(out).turns >= 1
+    assert len(session_requests(server, sample)) == 2
+
+
 async def test_slime_abort_flag_stops_between_turns(server, monkeypatch, tokenizer):
     state = install_generate_state(monkeypatch, tokenizer)
     ABORT_FLAG["state"] = state

@@ -21,7 +21,38 @@ from slime_strands.agent.record import EpisodeRecord
 from slime_strands.settings import PluginSettings
 from slime_strands.testing.slime_types import Sample
 
-__all__ = ["Answer", "RayActor", "RayState", "ServerLog", "SmokeRun", "served_turns"]
+__all__ = [
+    "CONFIGURATIONS",
+    "FULLY_ASYNC_THREAD",
+    "Answer",
+    "Configuration",
+    "RayActor",
+    "RayState",
+    "ServerLog",
+    "SmokeRun",
+    "served_turns",
+]
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One of the smoke's named configurations (``SMOKE_CONFIG``, scripts/slime_cpu_smoke.sh), as its tests know
+    it before it has run (which tests apply to it); :meth:`SmokeRun.load` checks a run against it."""
+
+    rollout: str
+    """``sync`` (slime's default rollout function) or ``fully_async`` (slime's fully-async one)."""
+    sandbox_pool: bool
+    """The model's programs run on the sandbox's Ray pool (``sandbox.placement: ray``)."""
+    rollout_workers: bool
+    """Episodes run on the plugin's rollout workers (``rollout_workers.count`` > 0)."""
+
+
+CONFIGURATIONS = {
+    "sync": Configuration(rollout="sync", sandbox_pool=True, rollout_workers=False),
+    "async_workers": Configuration(rollout="fully_async", sandbox_pool=False, rollout_workers=True),
+}
+FULLY_ASYNC_THREAD = "fully-async-rollout"
+"""The name slime's fully-async rollout gives the thread of its worker's event loop."""
 
 _STEP_FILE = re.compile(r"rollout_(eval_)?(\d+)\.pt$")
 
@@ -175,6 +206,19 @@ class SmokeRun:
     ray: RayState
     """ray_state.json: the cluster after train.py."""
 
+    @property
+    def name(self) -> str:
+        """The configuration's name (``SMOKE_CONFIG``; an older run without one: ``sync``)."""
+        return str(self.config.get("smoke_config") or "sync")
+
+    @property
+    def configuration(self) -> Configuration:
+        return CONFIGURATIONS[self.name]
+
+    @property
+    def fully_async(self) -> bool:
+        return self.configuration.rollout == "fully_async"
+
     @classmethod
     def load(cls, out: Path) -> SmokeRun:
         import torch  # here, not at collection: it takes a second
@@ -193,7 +237,7 @@ class SmokeRun:
                 Sample.from_dict(s) for s in saved["samples"]
             ]
         rows = [json.loads(line)["values"] for line in (out / "wandb_history.jsonl").read_text().splitlines()]
-        return cls(
+        run = cls(
             out=out,
             config=config,
             train=train,
@@ -203,6 +247,19 @@ class SmokeRun:
             settings=PluginSettings.from_yaml(config["plugin_config"]),
             ray=RayState.load(out / "ray_state.json"),
         )
+        known = run.configuration  # a name the tests do not know fails here, with the name
+        ran = Configuration(
+            rollout=str(config.get("smoke_rollout") or "sync"),
+            sandbox_pool=run.settings.sandbox.placement == "ray",
+            rollout_workers=run.settings.rollout_workers.count > 0,
+        )
+        assert ran == known, f"{out}: configuration {run.name} ran as {ran}, its tests expect {known}"
+        return run
+
+    def aborts(self) -> list[dict[str, Any]]:
+        """aborts.jsonl: the aborts abort_between_steps.py sent between steps (fully-async configurations)."""
+        path = self.out / "aborts.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def every_sample(self) -> list[Sample]:
         return [s for step in (*self.train.values(), *self.evals.values()) for s in step]

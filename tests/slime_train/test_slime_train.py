@@ -8,6 +8,11 @@ check whatever it did against the rules, and that the run covered what it must (
 continued episode). The same overlay puts the sandbox on a Ray pool (``sandbox.placement: ray``) inside slime's
 cluster: the tests check by Ray's own account that the model's programs ran on its workers, and that nothing of
 the pool outlived train.py.
+
+Each test runs once per configuration of the smoke (conftest.py): ``sync`` (slime's default rollout function, the
+sandbox on its Ray pool) and ``async_workers`` (slime's fully-async rollout function, episodes on rollout workers,
+an abort between steps); a test taking ``async_smoke``, ``pool_smoke`` or ``workers_smoke`` runs on the
+configurations that have that part.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import yaml
 from slime_strands.agent.record import RewardRule, Termination
 from slime_strands.reward_norm import post_process_rewards
 from slime_strands.testing.invariants import assert_sample_invariants
-from slime_train.smoke_output import RayActor, SmokeRun, served_turns
+from slime_train.smoke_output import FULLY_ASYNC_THREAD, RayActor, SmokeRun, served_turns
 
 pytestmark = pytest.mark.slime_train
 
@@ -49,6 +54,10 @@ def test_every_rollout_step_saved_a_full_batch_of_whole_groups(smoke: SmokeRun) 
         assert len({s.index for s in samples}) == len(samples), (
             f"rollout {rollout_id}: repeated sample indices"
         )
+    trained = Counter(s.index for samples in smoke.train.values() for s in samples)
+    assert max(trained.values()) == 1, (
+        f"samples trained at two steps: {[i for i, n in trained.items() if n > 1]}"
+    )
 
 
 def test_every_saved_sample_is_what_the_server_wrote(smoke: SmokeRun) -> None:
@@ -174,11 +183,20 @@ def test_slime_aborted_episodes_and_continued_them_at_a_later_step(smoke: SmokeR
     if smoke.config["partial_rollout"] != 1 or smoke.config["num_rollout"] < 2:
         pytest.skip("a smoke variant without partial rollout or with one step: nothing can continue")
     assert smoke.settings.resume_aborted
-    assert smoke.config["over_sampling_batch_size"] > smoke.config["rollout_batch_size"]
-    collected = [
-        int(n) for n in re.findall(r"Collected (\d+) partial samples", (smoke.out / "train.log").read_text())
-    ]
-    assert sum(collected) > 0, "slime's abort collected no partial sample"
+    if smoke.fully_async:
+        # No abort of slime's own (its weight update's, which --debug-rollout-only skips): the smoke's, once each
+        # step but the last was saved, each in the proxy's log (where the seams below are read)
+        aborts = smoke.aborts()
+        assert [a["after_rollout"] for a in aborts] == list(range(smoke.config["num_rollout"] - 1)), aborts
+        assert all(a["status"] == 200 for a in aborts), aborts
+        assert len(smoke.log.abort_orders) >= len(aborts)
+    else:
+        assert smoke.config["over_sampling_batch_size"] > smoke.config["rollout_batch_size"]
+        collected = [
+            int(n)
+            for n in re.findall(r"Collected (\d+) partial samples", (smoke.out / "train.log").read_text())
+        ]
+        assert sum(collected) > 0, "slime's abort collected no partial sample"
     carried = []  # episodes that continued with turns from before an abort
     for rollout_id, samples in smoke.train.items():
         for sample in samples:
@@ -186,8 +204,10 @@ def test_slime_aborted_episodes_and_continued_them_at_a_later_step(smoke: SmokeR
             assert record.regenerations >= record.continuations
             if record.turns_saved:
                 assert record.continuations >= 1
-                # slime marks a partial sample with the step that aborted it when it holds a response
-                assert sample.metadata["start_rollout_id"] < rollout_id
+                if not smoke.fully_async:
+                    # slime's abort marks a partial sample with its step when it holds a response (the
+                    # fully-async worker hands an ABORTED group back to the buffer without marking it)
+                    assert sample.metadata["start_rollout_id"] < rollout_id
                 carried.append(sample)
     assert carried, "no saved episode continued with turns from before slime's abort"
     for sample in carried:
@@ -230,14 +250,14 @@ _POOL_WORKER_LOST = re.compile(r"slime-strands sandbox: Ray sandbox worker on .*
 
 
 def _pool_workers(smoke: SmokeRun) -> list[RayActor]:
-    if smoke.settings.sandbox.placement != "ray":
-        pytest.skip("a smoke variant with sandbox.placement: local: no Ray pool ran")
+    assert smoke.settings.sandbox.placement == "ray"
     return smoke.ray.of_class("SandboxWorker")
 
 
-def test_the_sandbox_pool_started_inside_slimes_ray_cluster(smoke: SmokeRun) -> None:
+def test_the_sandbox_pool_started_inside_slimes_ray_cluster(pool_smoke: SmokeRun) -> None:
     """slime's RolloutManager actor started the pool its settings size, in the cluster train.py runs on: its log
     line (workers x slots on nodes, each worker's pid) against Ray's own record of the workers; none was lost."""
+    smoke = pool_smoke
     workers, pool = _pool_workers(smoke), smoke.settings.sandbox.ray
     log = (smoke.out / "train.log").read_text()
     started = list(_POOL_STARTED.finditer(log))
@@ -257,12 +277,13 @@ def test_the_sandbox_pool_started_inside_slimes_ray_cluster(smoke: SmokeRun) -> 
         assert worker.required_resources == wanted
 
 
-def test_the_models_programs_ran_on_the_pools_workers(smoke: SmokeRun) -> None:
+def test_the_models_programs_ran_on_the_pools_workers(pool_smoke: SmokeRun) -> None:
     """Ray's record of the workers' ``run`` calls: each on one of the pool's workers, and at least one finished
     call per tool response the saved samples hold (more ran: episodes slime aborted, over-sampled groups).
 
     Ray's task events are best effort: under load one may be dropped, and a finished call then has no worker pid
     in the record (seen once in CI). A pid that is there must be its worker's; most calls have one."""
+    smoke = pool_smoke
     workers = {w.actor_id: w.pid for w in _pool_workers(smoke)}
     runs = smoke.ray.runs
     assert runs, "Ray recorded no execution on the pool"
@@ -290,12 +311,11 @@ def test_nothing_of_the_run_outlived_train_py(smoke: SmokeRun) -> None:
 
 def _eval_calls(smoke: SmokeRun) -> list[int]:
     """The rollout ids slime's train.py evaluates at, in order: before the first step, then after each step its
-    ``--eval-interval`` or an epoch of the prompt data ends (``should_run_periodic_action``)."""
+    ``--eval-interval`` ends (``should_run_periodic_action``; the epoch boundary counts only when ``--num-epoch``
+    sets the number of steps, and the smoke sets ``--num-rollout``)."""
     interval = smoke.config["eval_interval"]
-    prompts = len(Path(smoke.config["train_data"]).read_text().splitlines())
-    per_epoch = prompts // smoke.config["rollout_batch_size"]
     steps = range(smoke.config["num_rollout"])
-    return [0, *(r for r in steps if (r + 1) % interval == 0 or (r + 1) % per_epoch == 0)]
+    return [0, *(r for r in steps if (r + 1) % interval == 0)]
 
 
 def test_eval_ran_through_slimes_eval_path_with_the_eval_reward(smoke: SmokeRun) -> None:
@@ -374,3 +394,74 @@ def _overlaid(recipe: object, overlay: object) -> object:
     if isinstance(recipe, dict) and isinstance(overlay, dict):
         return {**recipe, **{k: _overlaid(recipe.get(k), v) for k, v in overlay.items()}}
     return overlay
+
+
+def test_each_sample_ran_on_the_event_loop_of_slimes_rollout_path(smoke: SmokeRun) -> None:
+    """Which thread's event loop called ``generate`` (the record's ``rollout_thread``): under slime's default
+    rollout function, training and eval alike on slime's one loop (its ``async_utils`` thread); under the
+    fully-async one, every training sample on its worker's loop, on a thread of its own, and eval on slime's
+    main loop, in the same process."""
+    train = Counter(SmokeRun.record(s).rollout_thread for step in smoke.train.values() for s in step)
+    evals = Counter(SmokeRun.record(s).rollout_thread for step in smoke.evals.values() for s in step)
+    assert None not in train and None not in evals, (train, evals)
+    assert len(evals) == 1 and FULLY_ASYNC_THREAD not in evals, evals
+    log = (smoke.out / "train.log").read_text()
+    if not smoke.fully_async:
+        assert train.keys() == evals.keys(), (train, evals)
+        assert "fully-async" not in log
+        return
+    assert set(train) == {FULLY_ASYNC_THREAD}, train
+    # slime's own account: its worker started once and fed every step
+    assert log.count("starting fully-async rollout worker") == 1
+    for rollout_id in smoke.train:
+        assert re.search(rf"fully-async rollout {rollout_id}: done in", log), rollout_id
+
+
+def test_the_fully_async_worker_handed_aborted_groups_back_and_trained_each_once(
+    async_smoke: SmokeRun,
+) -> None:
+    """Each abort between steps cut episodes in flight on the fully-async worker's loop: their groups went back to
+    slime's data buffer ABORTED (never to training), came back at a later step, and each was trained once, whole
+    (the tests above: one step per save, whole groups, no index twice, every continuation token-exact)."""
+    smoke = async_smoke
+    records = [SmokeRun.record(s) for step in smoke.train.values() for s in step]
+    assert all(s.status.name != "ABORTED" for step in smoke.train.values() for s in step)
+    continued = [r for r in records if r.continuations]
+    assert continued, "no training episode continued after an abort between steps"
+    assert sum(r.turns_saved for r in continued) > 0
+    # every abort found generations in flight: a request that reached the server after the abort before it
+    # (the proxy logs by arrival) was answered `abort`
+    aborted = [a.order for a in smoke.log.answers if a.finish == "abort"]
+    for before, order in zip((-1, *smoke.log.abort_orders), smoke.log.abort_orders, strict=False):
+        assert any(before < a < order for a in aborted), (
+            f"no request cut by the abort at log position {order}"
+        )
+
+
+def test_episodes_ran_on_the_rollout_workers_one_pool_per_event_loop(workers_smoke: SmokeRun) -> None:
+    """``rollout_workers``: every episode on one of the workers, a pool per event loop that ran episodes (slime's
+    fully-async rollout runs two), each pool's start logged once by slime's RolloutManager, every worker in
+    train.py's job with the CPUs its settings ask and gone once train.py exited, and the pool's counts in slime's
+    rollout log: nothing lost, retried or failed, at least one episode per saved sample."""
+    smoke = workers_smoke
+    settings = smoke.settings.rollout_workers
+    loops = {SmokeRun.record(s).rollout_thread for s in smoke.every_sample()}
+    workers = smoke.ray.of_class("RolloutWorker")
+    assert len(workers) == settings.count * len(loops), (len(workers), loops)
+    (manager,) = smoke.ray.of_class("RolloutManager")
+    for worker in workers:
+        assert worker.job_id == manager.job_id
+        assert worker.required_resources == {"CPU": settings.cpus_per_worker}
+        assert worker.state == "DEAD" and not worker.process_alive, worker
+    log = (smoke.out / "train.log").read_text()
+    started = re.findall(r"\(RolloutManager pid=(\d+)\).*slime-strands: (\d+) rollout workers x", log)
+    assert [(int(pid), int(n)) for pid, n in started] == [(manager.pid, settings.count)] * len(loops), started
+    rows = [r for r in smoke.wandb_rows if "rollout/strands/workers/count" in r]
+    assert len(rows) == smoke.config["num_rollout"]
+    last = rows[-1]
+    assert last["rollout/strands/workers/count"] == len(workers)
+    for key in ("lost_workers", "retried", "failed"):
+        assert last[f"rollout/strands/workers/{key}"] == 0, key
+    episodes = sum(last[f"rollout/strands/workers/episodes/{i}"] for i in range(len(workers)))
+    saved = sum(len(step) for step in smoke.train.values()) + len(smoke.evals[0])
+    assert episodes >= saved, (episodes, saved)

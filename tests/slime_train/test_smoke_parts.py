@@ -303,3 +303,18 @@ def test_the_smokes_summary_counts_each_expected_line_in_every_log_and_says_noth
         '[slime-strands]   1 x transformers "incorrect regex pattern"',
     ]
     assert "(train.log serve.log)" in named[0]
+
+
+def test_the_smokes_configurations_are_the_ones_its_tests_know(tmp_path: Path) -> None:
+    """An unknown SMOKE_CONFIG stops the smoke before it builds anything, naming the configurations it has: the
+    ones tests/slime_train checks (smoke_output.CONFIGURATIONS) and CI runs (.ci/run)."""
+    from slime_train.smoke_output import CONFIGURATIONS
+
+    env = {**os.environ, "SMOKE_CONFIG": "nope"}
+    result = subprocess.run(["bash", str(SMOKE), str(tmp_path)], capture_output=True, text=True, env=env)
+    assert result.returncode == 2
+    (line,) = [line for line in result.stderr.splitlines() if "SMOKE_CONFIG=nope" in line]
+    assert line.split("configurations are ", 1)[1].split(" and ") == sorted(CONFIGURATIONS)
+    assert list(tmp_path.iterdir()) == []
+    (ci,) = re.findall(r'^smoke_configs="([^"]*)"$', (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+    assert sorted(ci.split()) == sorted(CONFIGURATIONS)

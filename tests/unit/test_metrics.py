@@ -175,7 +175,7 @@ AGGREGATED = {
 }  # fmt: skip
 NOT_AGGREGATED = {
     "evaluation", "error", "final_turn_chars", "segment", "version_newest", "version_earliest_trained",
-    "version_latest_trained",
+    "version_latest_trained", "rollout_thread",
 }  # fmt: skip
 DISTRIBUTIONS = (
     "turns", "tool_calls", "tool_iters", "tool_time_s", "generation_time_s", "wall_time_s", "response_tokens",
