@@ -4,7 +4,8 @@ episodes; what an episode-scope stdio server costs to start; the peak processes 
 Each "episode" is a coroutine that makes ``--calls`` calls of ``add`` the way Strands' executor does
 (``tool.stream(tool_use, state)`` to its result), all episodes at once on one event loop: as a Python tool
 (``@strands.tool``), through a shared MCP session (``scope: shared``, one stdio server process), through an
-episode-scope stdio server (a process per episode, ``max_live`` of them at once) and through episode-scope
+episode-scope stdio server (a process per episode, ``--max-live`` of them at once: at 512 episodes the episodes
+wait for a slot, so that row measures 512 starts, 64 at a time) and through episode-scope
 streamable-HTTP sessions (one server process, a session per episode). The servers are the tests' FastMCP
 calculator (``tests/mcp_servers/calc.py``). Figures: wall time and this process's CPU per call (the server's
 CPU is not counted: it is the price of any out-of-process tool), and their ratio to the Python tool's.
@@ -86,7 +87,7 @@ def _stdio(**kw: Any) -> Any:
     return _settings(command=sys.executable, args=(CALC,), **kw)
 
 
-async def _mode(mode: str, episodes: int, calls: int, url: str | None) -> dict[str, Any]:
+async def _mode(mode: str, episodes: int, calls: int, url: str | None, max_live: int) -> dict[str, Any]:
     import contextlib
 
     from strands import tool
@@ -108,7 +109,7 @@ async def _mode(mode: str, episodes: int, calls: int, url: str | None) -> dict[s
     else:
         server = {
             "shared": lambda: _stdio(),
-            "episode stdio": lambda: _stdio(scope="episode", max_live=64),
+            "episode stdio": lambda: _stdio(scope="episode", max_live=max_live),
             "episode http": lambda: _settings(
                 transport="streamable_http", url=url, scope="episode", max_live=512
             ),
@@ -127,6 +128,7 @@ async def _mode(mode: str, episodes: int, calls: int, url: str | None) -> dict[s
         await toolbox.aclose()
     n = episodes * calls
     return {
+        "wall_s": wall,
         "wall_ms": 1e3 * wall / n,
         "cpu_ms": 1e3 * cpu / n,
         "errors": errors,
@@ -163,7 +165,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--starts", type=int, default=8, help="episode-scope stdio starts timed one by one")
     parser.add_argument(
-        "--stdio-episodes", type=int, default=64, help="most episodes run with a process each"
+        "--max-live", type=int, default=64, help="episode-scope stdio: most server processes alive at once"
     )
     options = parser.parse_args()
     sys.path.insert(0, ROOT)
@@ -180,19 +182,19 @@ def main() -> None:
             f"episode-scope stdio server: start {up:.0f} ms, stop {down:.0f} ms (median of {options.starts})"
         )
         print(
-            "| episodes | tool | wall ms/call | CPU ms/call | vs Python (CPU) | peak processes | peak threads | errors |"
+            "| episodes | tool | wall s | wall ms/call | CPU ms/call | vs Python (CPU) | peak processes | peak threads "
+            "| errors |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for episodes in options.episodes:
             base = None
             for mode in ("python", "shared", "episode http", "episode stdio"):
-                if mode == "episode stdio" and episodes > options.stdio_episodes:
-                    continue
-                row = asyncio.run(_mode(mode, episodes, options.calls, url))
+                row = asyncio.run(_mode(mode, episodes, options.calls, url, options.max_live))
                 base = base or row
                 ratio = row["cpu_ms"] / base["cpu_ms"] if base["cpu_ms"] else float("nan")
                 print(
-                    f"| {episodes} | {mode} | {row['wall_ms']:.3f} | {row['cpu_ms']:.3f} | {ratio:.1f}x | "
+                    f"| {episodes} | {mode} | {row['wall_s']:.1f} | {row['wall_ms']:.3f} | {row['cpu_ms']:.3f} | "
+                    f"{ratio:.1f}x | "
                     f"{row['procs']} | {row['threads']} | {row['errors']} |",
                     flush=True,
                 )

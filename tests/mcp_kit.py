@@ -82,6 +82,16 @@ def http_mcp_server(script: str) -> Iterator[str]:
             process.stderr.close()
 
 
+def connections_to(url: str) -> list[Any]:
+    """This process's open TCP connections to the server of ``url`` (``http://127.0.0.1:PORT/...``)."""
+    port = int(url.split(":")[2].split("/")[0])
+    return [
+        c
+        for c in psutil.Process().connections(kind="tcp")
+        if c.raddr and c.raddr.port == port and c.status != psutil.CONN_TIME_WAIT
+    ]
+
+
 def children() -> list[psutil.Process]:
     """This process's live descendants that run one of ``tests/mcp_servers`` (zombies reaped or not, they hold
     nothing): only the MCP servers, so that a process another test left behind does not count here."""

@@ -305,12 +305,35 @@ def _check_template(ns: argparse.Namespace) -> int:
     from ..template.tokenizer_loading import load_tokenizer
     from .checks import check_template
 
+    tools: list[Any] | None = [] if ns.config is None else _settings_tools(ns.config)
+    if tools is None:
+        return EXIT_FAILURES
     tokenizer = load_tokenizer(ns.tokenizer)
     modes = [None, True, False] if ns.enable_thinking == "all" else [_tristate(ns.enable_thinking)]
-    reports = [check_template(tokenizer, mode, ns.tool_parser) for mode in modes]
+    reports = [check_template(tokenizer, mode, ns.tool_parser, tools) for mode in modes]
     for report in reports:
         print("\n".join(report.lines()))
     return EXIT_OK if all(r.usable for r in reports) else EXIT_FAILURES
+
+
+def _settings_tools(path: str) -> list[Any] | None:
+    """The template-format tools of the settings file ``path`` (its Python tools imported, its MCP servers
+    started, their tools listed and checked, then stopped, as at a run's first sample); None after printing
+    why the file is invalid."""
+    from ..agent.runtime import import_tools
+    from ..settings import PluginSettings
+    from ..template.messages import to_template_tools
+
+    if not Path(path).is_file():
+        raise CommandError(f"{path}: no such file", hint="pass the YAML given to --custom-config-path")
+    try:
+        settings = PluginSettings.from_yaml(path)
+        tools = import_tools(settings)
+        mcp_tools = asyncio.run(_mcp_tools(settings, tools)) if settings.mcp_servers else []
+    except (OSError, ConfigurationError) as exc:
+        print(f"{path}: invalid: {' '.join(str(exc).split())}")
+        return None
+    return to_template_tools([tool.tool_spec for tool in [*tools, *mcp_tools]]) or []
 
 
 def _validate_config(ns: argparse.Namespace) -> int:
@@ -637,7 +660,8 @@ def _add_check_template(commands: Any) -> None:
         "whether the one named reads the tool call the template renders), how a turn ends, and whether "
         "incremental token-in/token-out rendering reproduces the template.",
         "  slime-strands check-template /root/models/Qwen/Qwen3-8B\n"
-        "  slime-strands check-template Qwen/Qwen3-8B --enable-thinking false --tool-parser hermes",
+        "  slime-strands check-template Qwen/Qwen3-8B --enable-thinking false --tool-parser hermes\n"
+        "  slime-strands check-template Qwen/Qwen3-8B --config configs/strands_mcp.yaml",
     )
     template.add_argument("tokenizer", help="local folder or hub id of the tokenizer / checkpoint")
     template.add_argument(
@@ -651,6 +675,12 @@ def _add_check_template(commands: Any) -> None:
         default="auto",
         help="auto (default) or a parser name, as in the plugin settings: NOT usable (exit 1) when it cannot "
         "read the tool call the template renders",
+    )
+    template.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a plugin settings file: its tools (Python tools imported, MCP servers started and their tools "
+        "listed) are offered in the probe, each checked to be shown and its call read back by the parser",
     )
     template.set_defaults(run=_check_template)
 

@@ -6,12 +6,12 @@ module only runs them without raising and says what they found, per thinking mod
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..template.probe import TemplateError, detect_tool_parser, rendered_call_turn, why_unread
+from ..template.probe import TemplateError, detect_tool_parser, rendered_call_turn, tool_problems, why_unread
 from ..template.render import ChatRenderer
 from ..tool_parsers import AUTO, get_tool_parser
 
@@ -44,11 +44,21 @@ class TemplateReport:
     """What the template's generation prompt adds that its rendering of the next turn does not start with."""
     rewrites: Sequence[tuple[str, str]] = field(default_factory=tuple)
     """What the template renders differently once later messages follow (as shown, as later rendered)."""
+    tools: Sequence[str] = field(default_factory=tuple)
+    """The names of the agent's tools (a settings file's Python and MCP tools) the probe offered."""
+    tool_problems: Sequence[str] = field(default_factory=tuple)
+    """Per tool, what keeps it from working with the template (not shown, its call not read back)."""
 
     @property
     def usable(self) -> bool:
-        """Token-in/token-out is safe AND a tool parser is known that reads the template's tool calls."""
-        return self.tito_safe and self.parser is not None and self.parser_problem is None
+        """Token-in/token-out is safe AND a tool parser is known that reads the template's tool calls (the
+        agent's tools' too, when they were given)."""
+        return (
+            self.tito_safe
+            and self.parser is not None
+            and self.parser_problem is None
+            and not self.tool_problems
+        )
 
     def lines(self) -> list[str]:
         head = f"enable_thinking={self.enable_thinking}"
@@ -72,6 +82,12 @@ class TemplateReport:
             f"{'a mapping' if self.arguments_as == 'mapping' else 'a JSON string'}; "
             f"parallel calls: {'yes' if self.parallel_calls else 'no'}"
         )
+        if self.tools:
+            verdict = "NOT all usable" if self.tool_problems else "each shown, each call read back"
+            out.append(
+                f"  tools ({len(self.tools)}, offered in the probe): {', '.join(self.tools)}: {verdict}"
+            )
+            out += [f"    {problem}" for problem in self.tool_problems]
         if self.tito_safe and self.rewrites:
             out.append(
                 "  token-in/token-out: safe (each prompt renders the new messages as the template does when the next turn "
@@ -90,8 +106,15 @@ class TemplateReport:
         return out
 
 
-def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: str = AUTO) -> TemplateReport:
-    """Detect and probe everything token-in/token-out needs from ``tokenizer``; never raises on a bad template."""
+def check_template(
+    tokenizer: Any,
+    enable_thinking: bool | None,
+    tool_parser: str = AUTO,
+    tools: Sequence[Mapping[str, Any]] = (),
+) -> TemplateReport:
+    """Detect and probe everything token-in/token-out needs from ``tokenizer``; never raises on a bad template.
+    ``tools``: an agent's tools (template-format, see ``to_template_tools``), offered in every rendering of the
+    probe, each checked to be shown and its call read back by the parser."""
     name = str(getattr(tokenizer, "name_or_path", tokenizer))
     try:
         renderer = ChatRenderer(tokenizer, enable_thinking=enable_thinking, probe=False)
@@ -101,7 +124,7 @@ def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: st
     reason: str | None = None
     rewrites: tuple[tuple[str, str], ...] = ()
     try:
-        verdict = renderer.verdict()
+        verdict = renderer.verdict(tools)
         parallel: bool | None = verdict.parallel_calls
         rewrites = verdict.rewrites
     except TemplateError as exc:
@@ -116,6 +139,7 @@ def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: st
         family: str | None = get_tool_parser(parser).family
     except ConfigurationError as exc:
         parser, evidence, family = None, str(exc), None
+    names = tuple(str(t["function"]["name"]) for t in tools)
     return TemplateReport(
         tokenizer=name,
         enable_thinking=enable_thinking,
@@ -134,6 +158,8 @@ def check_template(tokenizer: Any, enable_thinking: bool | None, tool_parser: st
         end_tokens=facts.end_tokens,
         dropped_prompt=facts.dropped_prompt,
         rewrites=rewrites,
+        tools=names,
+        tool_problems=tuple(tool_problems(renderer, parser, tools)),
     )
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "rendered_call_turn",
     "select_tool_parser",
     "template_key",
+    "tool_problems",
     "why_unread",
 ]
 
@@ -167,6 +168,73 @@ def rendered_call_turn(renderer: ChatRenderer) -> tuple[str, bool] | None:
         if turn is not None and note in turn[0]:
             return turn
     return None
+
+
+def tool_problems(
+    renderer: ChatRenderer, parser: str | None, tools: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """What keeps an agent's tools (template-format, e.g. an MCP server's) from working with the template: a
+    tool the template's prompt does not show, or a call of it (arguments made from its schema) that ``parser``
+    does not read back from the template's rendering of it, each as one line; empty when none."""
+    if not tools:
+        return []
+    question = {"role": "user", "content": _QUESTION}
+    try:
+        prompt = renderer.render([question], tools=tools, add_generation_prompt=True)
+    except TemplateError as exc:
+        return [f"the chat template cannot render the tools: {exc}"]
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+    problems = [f"{name}: not shown by the chat template's prompt" for name in schemas if name not in prompt]
+    if parser is None:
+        return problems
+    for n, (name, schema) in enumerate(schemas.items()):
+        arguments = _example_arguments(schema)
+        call = {
+            "id": f"call_{n:024x}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+        turn = None
+        for content in ("", None):
+            turn = render_assistant_turn(
+                renderer, _QUESTION, {"role": "assistant", "content": content, "tool_calls": [call]}, tools
+            )
+            if turn is not None and name in turn[0]:
+                break
+        if turn is None or name not in turn[0]:
+            problems.append(f"{name}: the chat template renders no call of it")
+            continue
+        parsed = get_tool_parser(parser).parse(turn[0], starts_in_reasoning=turn[1], tools=schemas)
+        read = [(c.name, c.input) for c in parsed.calls if isinstance(c, ToolCall)]
+        if read != [(name, arguments)]:
+            errors = [f"{c.kind}: {c.message}" for c in parsed.calls if isinstance(c, MalformedCall)]
+            got = errors[0] if errors else f"it reads {read}"
+            problems.append(
+                f"{name}: {parser} does not read back the call {arguments} the chat template renders as "
+                f"{turn[0]!r} ({got})"
+            )
+    return problems
+
+
+def _example_arguments(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments of a call that fit ``schema`` (a JSON schema of an object): a value for each required property."""
+    properties = schema.get("properties") or {}
+    return {key: _example_value(properties.get(key) or {}) for key in schema.get("required") or []}
+
+
+def _example_value(schema: Mapping[str, Any]) -> Any:
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind is None:
+        options = schema.get("anyOf") or schema.get("oneOf") or []
+        return _example_value(options[0]) if options else "probe"
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "array":
+        return [_example_value(schema.get("items") or {})]
+    examples = {"integer": 2, "number": 1.5, "boolean": True, "object": {}, "null": None}
+    return examples.get(kind, "probe")
 
 
 def render_assistant_turn(

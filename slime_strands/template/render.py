@@ -169,10 +169,11 @@ class ChatRenderer(ChatTemplate):
         the module's :func:`check_incremental`)."""
         return check_incremental(self)
 
-    def verdict(self) -> IncrementalVerdict:
+    def verdict(self, tools: Sequence[Mapping[str, Any]] = ()) -> IncrementalVerdict:
         """What :meth:`probe` finds, with what the template renders differently once later messages follow
-        (see :func:`probe_incremental`); raises TemplateError like it."""
-        return probe_incremental(self)
+        (see :func:`probe_incremental`; ``tools``: an agent's template-format tools, offered beside the probe
+        tool); raises TemplateError like it."""
+        return probe_incremental(self, tools)
 
     @property
     def stop_tokens(self) -> tuple[str, ...]:
@@ -516,7 +517,7 @@ def check_incremental(renderer: ChatRenderer) -> bool:
     return probe_incremental(renderer).parallel_calls
 
 
-def probe_incremental(renderer: ChatRenderer) -> IncrementalVerdict:
+def probe_incremental(renderer: ChatRenderer, tools: Sequence[Mapping[str, Any]] = ()) -> IncrementalVerdict:
     """Check that incremental rendering reproduces the template's full rendering, else raise TemplateError.
 
     Walks the probe conversation (:func:`probe_conversation`): every non-assistant block rendered with
@@ -530,25 +531,27 @@ def probe_incremental(renderer: ChatRenderer) -> IncrementalVerdict:
     without reasoning in that turn), else the model would read text no rendering of a conversation holds.
     Templates may rewrite OLDER assistant turns (Qwen3, GLM and DeepSeek drop earlier reasoning): that is allowed,
     since assistant tokens are never re-rendered. Parallel calls: Llama 3.2's template refuses them, gpt-oss's
-    shows only the first (the probe then uses one call with two results).
+    shows only the first (the probe then uses one call with two results). ``tools`` (an agent's template-format
+    tools) are offered beside the probe tool in every rendering: the check holds for the prompts of an agent
+    with those tools (a template that renders a tool's schema in a way that breaks incremental rendering fails).
     """
-    tools = [PROBE_TOOL]
-    conversation, parallel = _conversation_rendered(renderer, tools)
-    whole = renderer.render(conversation, tools=tools, add_generation_prompt=False)
+    offered: list[dict[str, Any]] = [*(dict(t) for t in tools), PROBE_TOOL]
+    conversation, parallel = _conversation_rendered(renderer, offered)
+    whole = renderer.render(conversation, tools=offered, add_generation_prompt=False)
     assistant_at = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
     first = conversation[: assistant_at[0]]
-    start = _through_last_body(renderer.render(first, tools=tools, add_generation_prompt=False), first)
+    start = _through_last_body(renderer.render(first, tools=offered, add_generation_prompt=False), first)
     if not whole.startswith(start):
         raise TemplateError(
             "the chat template renders the start of a conversation differently once later messages follow "
             f"(the first prompt is {_around(start, whole)}): the prompt the model saw would not be the template's"
         )
-    sent = renderer.render(first, tools=tools, add_generation_prompt=True)
+    sent = renderer.render(first, tools=offered, add_generation_prompt=True)
     rewrites = _rewrites(renderer, sent, _before_turn(whole, conversation[assistant_at[0]]))
     for i, block_end in itertools.pairwise(assistant_at):
-        rewrites += _check_block(renderer, conversation, (i, block_end), whole, tools)
+        rewrites += _check_block(renderer, conversation, (i, block_end), whole, offered)
     for at in assistant_at:
-        _check_turn_opening(renderer, conversation, at, tools)
+        _check_turn_opening(renderer, conversation, at, offered)
     return IncrementalVerdict(parallel, tuple(dict.fromkeys(rewrites)))
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import check_row, eval_argv, latest, read_rows, run_cli, write_config, write_data
 from mcp_kit import ANSWER, call, children, stdio_server, wait_for
+from tokenizer_kit import qwen3_tokenizer_path
+from transformers import AutoTokenizer
 
 from slime_strands.testing import SGLangTestServer
 
@@ -104,3 +106,45 @@ def test_validate_config_starts_the_servers_and_lists_their_tools(tmp_path, caps
     assert line.startswith(f"{broken}: invalid: MCP server 'notes' (")
     assert line.endswith("stderr: starting the notes server | fatal: cannot open /nonexistent/notes.db")
     assert wait_for(lambda: not children())
+
+
+def test_check_template_probes_the_template_with_the_mcp_tools(tmp_path, capsys):
+    """``check-template --config``: the file's MCP servers are started, their allow-listed tools (prefixed)
+    offered in the probe beside the Python tools, each checked to be shown by the template's prompt and its
+    call (arguments from the tool's schema) read back by the parser; no server is left. A template that shows
+    only the probe's own tool is NOT usable, naming the MCP tools it hides; a server that exits at start makes
+    the file invalid, with its stderr."""
+    servers = [
+        stdio_server("calc", "calc", tools=["add", "stats"]),
+        stdio_server("notebook", "notebook", scope="episode", tools=["write"]),
+    ]
+    config = write_config(tmp_path / "plugin.yaml", mcp_servers=servers)
+    tokenizer = qwen3_tokenizer_path()
+    argv = ["check-template", tokenizer, "--enable-thinking", "false", "--config", str(config)]
+    code, stdout, _ = run_cli(capsys, *argv)
+    assert code == 0, stdout
+    assert (
+        "  tools (5, offered in the probe): add, echo, calc_add, calc_stats, notebook_write: "
+        "each shown, each call read back"
+    ) in stdout.splitlines()
+    assert wait_for(lambda: not children()), "the servers were stopped"
+
+    hiding = AutoTokenizer.from_pretrained(tokenizer)
+    hiding.chat_template = hiding.chat_template.replace(
+        "{%- for tool in tools %}", "{%- for tool in tools if tool.function.name == 'probe_tool' %}"
+    )
+    hiding.save_pretrained(tmp_path / "hiding")
+    argv[1] = str(tmp_path / "hiding")
+    code, stdout, _ = run_cli(capsys, *argv)
+    assert code == 1
+    assert "enable_thinking=False: NOT usable" in stdout
+    for name in ("calc_add", "calc_stats", "notebook_write"):
+        assert f"    {name}: not shown by the chat template's prompt" in stdout.splitlines()
+    assert wait_for(lambda: not children())
+
+    broken = write_config(tmp_path / "broken.yaml", mcp_servers=[stdio_server("exits", "notes")])
+    code, stdout, _ = run_cli(capsys, "check-template", tokenizer, "--config", str(broken))
+    assert code == 1
+    (line,) = stdout.splitlines()
+    assert line.startswith(f"{broken}: invalid: MCP server 'notes' (")
+    assert line.endswith("stderr: starting the notes server | fatal: cannot open /nonexistent/notes.db")

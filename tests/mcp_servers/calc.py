@@ -77,3 +77,4 @@ if __name__ == "__main__":
         asyncio.run(server.run_streamable_http_async(port=int(sys.argv[2])))
     else:
         server.run()
+        os._exit(0)  # stdin closed: gone at once, without the interpreter's finalization (~0.3 s of CPU)
