@@ -53,9 +53,10 @@ class AbortSignal:
         try:
             while waiters:
                 await asyncio.sleep(self._interval_s)
-                if self():
+                if self():  # every waiter is answered: none is left for another check to serve
                     for future in list(waiters):
                         if not future.done():
                             future.set_result(None)
+                    return
         finally:
             self._pollers.pop(loop, None)
