@@ -894,14 +894,19 @@ def _p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
+def result_line(stdout: str) -> dict[str, Any] | None:
+    """What a benchmark's child process printed on its ``RESULT <json>`` line (None: it printed none)."""
+    for line in stdout.splitlines():
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[len("RESULT ") :]))
+    return None
+
+
 def _run_worker(cell: Cell, timeout_s: float) -> Result:
     command = [sys.executable, os.path.abspath(__file__), "_worker", json.dumps(asdict(cell))]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            data = json.loads(line[len("RESULT ") :])
-            data["cell"] = Cell(**data["cell"])
-            return Result(**data)
+    if (data := result_line(proc.stdout)) is not None:
+        return Result(**{**data, "cell": Cell(**data["cell"])})
     failed = Result(cell, errors=cell.agents * cell.episodes)
     failed.error_samples = [(proc.stderr or proc.stdout)[-2000:]]
     return failed

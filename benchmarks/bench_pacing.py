@@ -34,24 +34,14 @@ WINDOW = 50
 
 
 async def _run(rounds: int, pace: int | None) -> dict[str, Any]:
-    from bench_client import _null_model, _words
-    from strands import tool
+    from bench_client import _null_model
+    from bench_tools import lookup
     from strands.hooks import AfterModelCallEvent, HookProvider, HookRegistry
 
     from slime_strands.agent.episode import build_agent, run_agent
     from slime_strands.agent.limits import ToolLimiter
     from slime_strands.agent.runtime import raise_gc_threshold
     from slime_strands.settings import PluginSettings
-
-    @tool
-    def lookup(topic: str, count: int) -> str:
-        """Look up `count` records about a topic.
-
-        Args:
-            topic: what to look up.
-            count: how many words of records to return.
-        """
-        return _words(topic, count)
 
     class TurnEnds(HookProvider):
         def __init__(self) -> None:

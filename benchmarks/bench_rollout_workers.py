@@ -46,31 +46,18 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from strands import tool
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from bench_client import SYSTEM_PROMPT, _set_target, _words, tokenizer_path  # noqa: E402
+from bench_client import SYSTEM_PROMPT, _set_target, result_line, tokenizer_path  # noqa: E402
 
 MAX_NEW_TOKENS = 512
 RESPONSE_BUDGET = 16384
 """slime's --rollout-max-response-len: far above a 3k-token trajectory (the server stops it first)."""
 TARGET_TOKENS = 3000
 WARMUP_TOKENS = 1000
-
-
-@tool
-def lookup(topic: str, count: int) -> str:
-    """Look up `count` records about a topic.
-
-    Args:
-        topic: what to look up.
-        count: how many words of records to return.
-    """
-    return _words(topic, count)
 
 
 @dataclass
@@ -108,7 +95,7 @@ def _args(cell: Cell) -> Any:
     host, port = cell.base_url.removeprefix("http://").split(":")
     strands: dict[str, Any] = {
         "system_prompt": SYSTEM_PROMPT,
-        "tools": ["bench_rollout_workers.lookup"],
+        "tools": ["bench_tools.lookup"],
         "tool_parser": "hermes",
         "max_tool_iters": None,
         "max_calls_per_turn": None,
@@ -297,11 +284,8 @@ def _cell_process(spec: str) -> None:
 def _run(cell: Cell, timeout_s: float) -> Result:
     command = [sys.executable, os.path.abspath(__file__), "_cell", json.dumps(asdict(cell))]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            data = json.loads(line[len("RESULT ") :])
-            data["cell"] = Cell(**data["cell"])
-            return Result(**data)
+    if (data := result_line(proc.stdout)) is not None:
+        return Result(**{**data, "cell": Cell(**data["cell"])})
     raise SystemExit(f"the cell {cell} failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
 
 

@@ -40,13 +40,12 @@ from .tool_parsers import get_tool_parser, registered_tool_parsers
 
 __all__ = [
     "CODE_METADATA_KEY",
-    "EVAL_REWARDS",
+    "EVAL_GRADES",
     "EvalGrade",
     "accuracy",
     "close_verify_workers",
     "code_reward",
     "eval_grade",
-    "eval_reward",
     "extract_answer",
     "final_answer_text",
     "grade",
@@ -312,16 +311,6 @@ async def _grade_code(settings: PluginSettings, sample: Any) -> CodeVerdict:
     return await grade_program(program, tests, settings.reward.code, settings.sandbox)
 
 
-RewardFunction = Callable[..., Awaitable["float | list[float]"]]
-EVAL_REWARDS: dict[str, RewardFunction] = {"math": accuracy, "code": code_reward}
-"""``reward.kind`` -> the reward ``slime-strands eval`` grades with (plain 1.0 / 0.0 in eval)."""
-
-
-def eval_reward(settings: RewardSettings) -> RewardFunction:
-    """The eval command's reward for these settings."""
-    return EVAL_REWARDS[settings.kind]
-
-
 @dataclass(frozen=True)
 class EvalGrade:
     """One eval sample's grading: its reward and, under ``reward.kind: code``, the code verdict (what the
@@ -331,12 +320,25 @@ class EvalGrade:
     code: CodeVerdict | None = None
 
 
-async def eval_grade(args: Any, sample: Any) -> EvalGrade:
-    """The eval command's grading of one sample: :func:`eval_reward`'s score, with the verdict it came from."""
-    settings = SlimeConfig.of(args).settings
-    if settings.reward.kind == "code":
-        reward, verdict = await _code_graded(settings, sample)
-        return EvalGrade(reward, verdict)
-    score = await eval_reward(settings.reward)(args, sample)
+async def _math_eval_grade(args: Any, sample: Any) -> EvalGrade:
+    score = await accuracy(args, sample)
     assert isinstance(score, float), "one sample gets one score"
     return EvalGrade(score)
+
+
+async def _code_eval_grade(args: Any, sample: Any) -> EvalGrade:
+    reward, verdict = await _code_graded(SlimeConfig.of(args).settings, sample)
+    return EvalGrade(reward, verdict)
+
+
+EVAL_GRADES: dict[str, Callable[[Any, Any], Awaitable[EvalGrade]]] = {
+    "math": _math_eval_grade,
+    "code": _code_eval_grade,
+}
+"""``reward.kind`` -> how ``slime-strands eval`` grades one sample (plain 1.0 / 0.0 in eval), with what the row
+keeps of it."""
+
+
+async def eval_grade(args: Any, sample: Any) -> EvalGrade:
+    """The eval command's grading of one sample under the settings' ``reward.kind``."""
+    return await EVAL_GRADES[SlimeConfig.of(args).settings.reward.kind](args, sample)

@@ -136,6 +136,16 @@ def weight_update(
     buffer.open = True
 
 
+def first_groups(buffer: DataBuffer, policy: ContinuingPolicy) -> tuple[list[Any], list[Any]]:
+    """Step 0's two groups: A runs to its answer, B is held in its second turn (for an abort to cut)."""
+    a, b = buffer.new_group(), buffer.new_group()
+    for s in [*a, *b]:
+        policy.script(s.session_id, *TURNS)
+    for s in b:
+        policy.hold(s.session_id, 2, "running")
+    return a, b
+
+
 def evaluate(slime: Any, args: Any, policy: ContinuingPolicy, rollout_id: int) -> list[Any]:
     """slime's eval, its normal path: ``generate_rollout(evaluation=True)`` on slime's main loop."""
     policy.script(None, *TURNS)
@@ -166,11 +176,7 @@ def test_three_steps_of_slimes_fully_async_rollout_with_aborts_and_eval_between(
         continued: list[list[Any]] = []
         try:
             # step 0 at version 1: A finishes, B is cut by the update in its second turn
-            a, b = buffer.new_group(), buffer.new_group()
-            for s in [*a, *b]:
-                policy.script(s.session_id, *TURNS)
-            for s in b:
-                policy.hold(s.session_id, 2, "running")
+            a, b = first_groups(buffer, policy)
             trained += fully_async.generate_rollout_fully_async(args, 0, buffer)
             worker = fully_async._global_worker
             parked_b = lambda: all(policy.parked(s.session_id) for s in b)  # noqa: E731
@@ -247,11 +253,7 @@ def test_an_abort_without_slimes_flag_hands_the_group_back_with_no_server_abort_
         buffer = DataBuffer(slime.Sample)
         trained: list[list[Any]] = []
         try:
-            a, b = buffer.new_group(), buffer.new_group()
-            for s in [*a, *b]:
-                policy.script(s.session_id, *TURNS)
-            for s in b:
-                policy.hold(s.session_id, 2, "running")
+            a, b = first_groups(buffer, policy)
             trained += fully_async.generate_rollout_fully_async(args, 0, buffer)
             worker = fully_async._global_worker
             buffer.open = False

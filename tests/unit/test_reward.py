@@ -12,8 +12,8 @@ import pytest
 from slime_helpers import slime_args
 
 from slime_strands.agent.record import EpisodeRecord, Termination
-from slime_strands.reward import accuracy, extract_answer, final_answer_text, grade, math_reward
-from slime_strands.settings import SettingsError
+from slime_strands.reward import EVAL_GRADES, accuracy, extract_answer, final_answer_text, grade, math_reward
+from slime_strands.settings import REWARD_KINDS, SettingsError
 from slime_strands.testing.slime_types import Sample
 
 END = "<|im_end|>"
@@ -289,3 +289,7 @@ def test_without_metadata_only_the_last_assistant_turn_is_graded(family):
     for last in (unanswered, bare):
         assert grade(history + answered_then_called + last, "34") is False
         assert "Answer: 34" not in final_answer_text(history + answered_then_called + last)
+
+
+def test_eval_grades_every_reward_kind_the_settings_accept():
+    assert sorted(EVAL_GRADES) == sorted(REWARD_KINDS)
