@@ -32,9 +32,13 @@ def test_bad_rollout_workers_settings_are_one_line_naming_the_key(section, messa
         PluginSettings.from_mapping({"rollout_workers": section})
 
 
-def test_the_smokes_workers_overlay_is_the_smokes_settings_plus_two_workers():
-    smoke = yaml.safe_load((ROOT / "scripts/slime_cpu/smoke_settings.yaml").read_text())
-    workers = yaml.safe_load((ROOT / "scripts/slime_cpu/smoke_workers.yaml").read_text())
-    section = workers["strands"].pop("rollout_workers")
-    assert workers == smoke
-    assert PluginSettings.from_mapping({"rollout_workers": section}).rollout_workers.count == 2
+def test_the_smokes_workers_overlay_is_the_smokes_grammar_plus_two_workers_that_hand_aborts_back():
+    """The async_workers overlay: the sync smoke's grammar, two rollout workers, the sandbox in each worker
+    (not the sync smoke's Ray pool) and no resend of a turn the server aborts."""
+    smoke = yaml.safe_load((ROOT / "scripts/slime_cpu/smoke_settings.yaml").read_text())["strands"]
+    workers = yaml.safe_load((ROOT / "scripts/slime_cpu/smoke_workers.yaml").read_text())["strands"]
+    assert sorted(workers) == ["rollout_workers", "sampling_params", "server_abort_retries"]
+    assert workers["sampling_params"] == smoke["sampling_params"]
+    settings = PluginSettings.from_mapping(workers)
+    assert settings.rollout_workers.count == 2 and settings.server_abort_retries == 0
+    assert settings.sandbox == PluginSettings().sandbox, "the sandbox runs in the worker, placed as by default"

@@ -104,14 +104,14 @@ def test_a_smoke_that_ended_well_lets_the_tier_read_its_output(tmp_path: Path) -
         "-x", "-q", f"{TIER}/test_slime_train.py", env=_tier_env(tmp_path, **{STATUS_ENV: str(status)})
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "holds no finished smoke run (no smoke.json)" in result.stdout, result.stdout
+    assert "holds no finished smoke run of configuration sync (no smoke.json)" in result.stdout, result.stdout
     assert "slime-train smoke failed" not in result.stdout
 
 
 def test_without_a_status_file_the_output_is_read_at_once(tmp_path: Path) -> None:
     result = _pytest("-x", "-q", f"{TIER}/test_slime_train.py", env=_tier_env(tmp_path))
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "holds no finished smoke run (no smoke.json)" in result.stdout, result.stdout
+    assert "holds no finished smoke run of configuration sync (no smoke.json)" in result.stdout, result.stdout
 
 
 def test_the_wait_ends_when_the_status_is_written(tmp_path: Path) -> None:
