@@ -41,4 +41,6 @@ def test_the_smokes_workers_overlay_is_the_smokes_grammar_plus_two_workers_that_
     assert workers["sampling_params"] == smoke["sampling_params"]
     settings = PluginSettings.from_mapping(workers)
     assert settings.rollout_workers.count == 2 and settings.server_abort_retries == 0
-    assert settings.sandbox == PluginSettings().sandbox, "the sandbox runs in the worker, placed as by default"
+    assert settings.sandbox == PluginSettings().sandbox, (
+        "the sandbox runs in the worker, placed as by default"
+    )
