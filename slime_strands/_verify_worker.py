@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import weakref
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ._aio import within
@@ -81,6 +82,8 @@ class _Pool:
     def __init__(self, size: int) -> None:
         self._idle: list[_Worker] = []
         self._slots = asyncio.Semaphore(size)
+        self.until_loop_ends: AsyncGenerator[None, None] | None = None
+        """What closes the pool when its loop shuts down (held here: the loop keeps it only weakly)."""
 
     async def verify(self, pred: str, gold: str, timeout_s: float) -> bool:
         async with self._slots:
@@ -106,7 +109,7 @@ class _Pool:
 
 class _Verifier:
     """The process's math-verify state, in one object: a worker pool per event loop (asyncio pipes belong to
-    the loop that made them; a loop that is garbage-collected drops its pool) and whether the missing
+    the loop that made them; a loop's shutdown closes its pool) and whether the missing
     package was reported."""
 
     def __init__(self) -> None:
@@ -124,19 +127,26 @@ class _Verifier:
             )
         return False
 
-    def pool(self) -> _Pool:
-        """This event loop's pool (created on first use)."""
+    async def pool(self) -> _Pool:
+        """This event loop's pool (created on first use, and closed when the loop shuts down)."""
         loop = asyncio.get_running_loop()
         pool = self._pools.get(loop)
         if pool is None:
             pool = self._pools[loop] = _Pool(size=max(1, min(4, (os.cpu_count() or 2) // 2)))
+            guard = pool.until_loop_ends = self._until_loop_ends(loop, pool)
+            await anext(guard)
         return pool
 
-    async def close_pool(self) -> None:
-        """Stop this event loop's workers. A pool's workers hold its loop (their pipes' transports do), so the
-        weak key never lets it go: a command that ends its loop closes the pool, or the workers outlive it."""
-        pool = self._pools.pop(asyncio.get_running_loop(), None)
-        if pool is not None:
+    async def _until_loop_ends(
+        self, loop: asyncio.AbstractEventLoop, pool: _Pool
+    ) -> AsyncGenerator[None, None]:
+        """Suspended while the loop runs; the loop's shutdown (the end of ``asyncio.run``, of any
+        ``asyncio.Runner``) closes it, and so stops the pool's workers. A pool's workers hold its loop (their
+        pipes' transports do), so the weak key alone never lets either go: the workers would outlive the loop."""
+        try:
+            yield
+        finally:
+            self._pools.pop(loop, None)
             await pool.close()
 
 
@@ -150,7 +160,7 @@ async def verify_in_worker(pred: str, gold: str, *, timeout_s: float) -> bool:
     if not _VERIFIER.available():
         return "".join(pred.split()) == "".join(gold.split())
     try:
-        return await _VERIFIER.pool().verify(pred, gold, timeout_s)
+        return await (await _VERIFIER.pool()).verify(pred, gold, timeout_s)
     except asyncio.TimeoutError:
         logger.warning(
             "slime-strands reward: math-verify overran %.1fs on %.80r; graded wrong", timeout_s, pred
@@ -158,11 +168,6 @@ async def verify_in_worker(pred: str, gold: str, *, timeout_s: float) -> bool:
     except (EOFError, RuntimeError, OSError, ValueError) as exc:
         logger.warning("slime-strands reward: math-verify worker failed (%s); graded wrong", exc)
     return False
-
-
-async def close_verify_workers() -> None:
-    """Stop the math-verify workers this event loop started (the next question starts new ones)."""
-    await _VERIFIER.close_pool()
 
 
 def _wrap(answer: str) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._slime.config import SlimeConfig
-from ._verify_worker import close_verify_workers, verify_in_worker
+from ._verify_worker import verify_in_worker
 from .agent.record import EpisodeRecord
 from .code_grading import CodeLabelError, CodeTests, CodeVerdict, extract_program, grade_program
 from .errors import ConfigurationError
@@ -43,7 +43,6 @@ __all__ = [
     "EVAL_GRADES",
     "EvalGrade",
     "accuracy",
-    "close_verify_workers",
     "code_reward",
     "eval_grade",
     "extract_answer",

@@ -11,12 +11,14 @@ so ``tokenizer.decode(tm.token_ids)`` can be compared with the template's full r
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
 from strands import Agent
 from strands.agent.conversation_manager import NullConversationManager
 
@@ -317,3 +319,16 @@ __all__ = [
     "tool_results",
     "with_generation_prompt",
 ]
+
+
+def verify_workers() -> set[int]:
+    """The pids of this process's math-verify workers still alive (``slime_strands._verify_worker``)."""
+    found = set()
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if (
+                process.status() != psutil.STATUS_ZOMBIE
+                and "slime_strands._verify_worker" in process.cmdline()
+            ):
+                found.add(process.pid)
+    return found

@@ -3,7 +3,6 @@ SGLang-protocol test server (each episode scripted under its routing key, which 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -14,7 +13,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 from cli_helpers import (
     CALL_ADD,
@@ -27,6 +25,7 @@ from cli_helpers import (
     write_config,
     write_data,
 )
+from helpers import verify_workers
 
 from data_prep.install_hints import install_command
 from slime_strands.testing import Fault, SGLangTestServer, Turn
@@ -68,19 +67,6 @@ def script_first_run(server: SGLangTestServer) -> None:
     for s in range(3):
         server.script(f"Answer: \\boxed{{{s}}}", key=f"2:{s}")
     server.script(Fault(400, {"error": {"message": "scripted refusal"}}), key="2:3")
-
-
-def verify_workers() -> set[int]:
-    """The pids of this process's math-verify workers still alive."""
-    found = set()
-    for process in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if (
-                process.status() != psutil.STATUS_ZOMBIE
-                and "slime_strands._verify_worker" in process.cmdline()
-            ):
-                found.add(process.pid)
-    return found
 
 
 def test_eval_resume_and_pass_at_k(server, data, tmp_path, capsys):

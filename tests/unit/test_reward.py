@@ -9,8 +9,10 @@ import types
 from pathlib import Path
 
 import pytest
+from helpers import verify_workers
 from slime_helpers import slime_args
 
+from slime_strands._verify_worker import verify_in_worker
 from slime_strands.agent.record import EpisodeRecord, Termination
 from slime_strands.reward import EVAL_GRADES, accuracy, extract_answer, final_answer_text, grade, math_reward
 from slime_strands.settings import REWARD_KINDS, SettingsError
@@ -293,3 +295,16 @@ def test_without_metadata_only_the_last_assistant_turn_is_graded(family):
 
 def test_eval_grades_every_reward_kind_the_settings_accept():
     assert sorted(EVAL_GRADES) == sorted(REWARD_KINDS)
+
+
+def test_a_loops_math_verify_workers_stop_when_the_loop_ends():
+    """However the loop ends (here ``asyncio.run``'s), the workers it started do not outlive it."""
+    before = verify_workers()
+
+    async def grade_and_list() -> tuple[bool, set[int]]:
+        ok = await verify_in_worker("\\frac{1}{2}", "0.5", timeout_s=60)
+        return ok, verify_workers() - before
+
+    ok, started = asyncio.run(grade_and_list())
+    assert ok and started, "graded by a worker of this loop"
+    assert not verify_workers() & started

@@ -39,7 +39,7 @@ from ...provider.images import Vision, load_vision
 from ...provider.model import SGLangModel
 from ...provider.sampling import merge_sampling_params
 from ...provider.sampling_ranges import range_problems
-from ...reward import EvalGrade, close_verify_workers, eval_grade
+from ...reward import EvalGrade, eval_grade
 from ...sandbox import placement_session, pool_summary
 from ...settings import PluginSettings, RayPoolSettings, RolloutWorkersSettings, SettingsError
 from ...template.render import ChatRenderer
@@ -256,7 +256,6 @@ class _Evaluator:
             raise
         finally:
             await runtime.mcp.aclose()  # the shared MCP servers stop with the command
-            await close_verify_workers()  # and the grading workers: they would outlive the command's loop
             await client.aclose()
             io.shutdown(wait=True)
             if writer is not None:
