@@ -4,8 +4,9 @@ cause (three such processes once made ten MCP tests fail): this plugin names the
 
 After each test it records the descendants of pytest that appeared during that test (its module's fixtures may
 still hold them: that is not yet a leak). At the session's end, those still alive are the leaks: each is named with
-its command line and the test it appeared in, and killed (with its own children). It reports and does not fail
-the session (yet): the whole suite has not been seen clean under it.
+its command line and the test it appeared in, killed (with its own children), and the session fails: a process
+left behind is a defect of the test or of the code it ran, found here rather than by a later test. A process
+already on its way out (told to stop in a fixture's teardown) gets a few seconds to end first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import psutil
 import pytest
 
 _Key = tuple[int, float]  # (pid, create time): a pid reused later is another process
+_GRACE_S = 5.0
+"""How long a process still alive at the session's end may take to end before it counts as left behind."""
 _started: dict[_Key, str] = {}
 """Each process that appeared during a test -> that test's node id."""
 
@@ -48,10 +51,12 @@ def _describe(process: psutil.Process) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    alive = _descendants()
-    leaked = {key: process for key, process in alive.items() if key in _started}
+    leaked = {key: process for key, process in _descendants().items() if key in _started}
+    gone, _ = psutil.wait_procs(leaked.values(), timeout=_GRACE_S)
+    leaked = {key: process for key, process in leaked.items() if process not in gone}
     if not leaked:
         return
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     lines = [
         f"pid {key[0]} ({_describe(process)}), started in {_started[key]}" for key, process in leaked.items()
