@@ -319,9 +319,10 @@ def test_multi_segment_row(trajectories, tokenizer, tmp_path, capsys):
     assert "trained · kind main · opened_by summarize</h2>" in page.read_text()
 
 
-def test_index_names_the_row_key_not_the_completion_order(tokenizer, tmp_path):
-    """Episode 0:0 finishes last, so its line is the file's last: --list shows key order and --index 0:0 (or 0)
-    is that episode, in real processes."""
+def test_index_names_the_row_key_not_the_completion_order(tokenizer, tmp_path, capsys):
+    """Episode 0:0 finishes last, so its line is the file's last (the eval a real process, as a user runs it):
+    --list shows key order and --index 0:0 (or 0) is that episode. inspect runs in this process: a process of its
+    own per call would load the same tokenizer again each time, seconds of CPU apiece."""
     data = write_data(
         tmp_path / "data.jsonl", [{"prompt": "1 + 4?", "label": "5"}, {"prompt": "2 + 3?", "label": "5"}]
     )
@@ -344,7 +345,7 @@ def test_index_names_the_row_key_not_the_completion_order(tokenizer, tmp_path):
         for row in rows.values():
             check_row(row, server)
     assert [row.key for row in read_rows(out)][-1] == "0:0", "completion order"
-    code, listed, _ = run_cli_process("inspect", str(out), "--list")
+    code, listed, _ = run_cli(capsys, "inspect", str(out), "--list")
     assert code == 0 and [line.split()[0] for line in listed.splitlines()] == [
         "key",
         "0:0",
@@ -353,7 +354,7 @@ def test_index_names_the_row_key_not_the_completion_order(tokenizer, tmp_path):
         "1:1",
     ]
     for selector, key in (("0:0", "0:0"), ("0", "0:0"), ("1:1", "1:1"), ("-1", "1:1")):
-        code, table, stderr = run_cli_process("inspect", str(out), "--index", selector, "--tokens")
+        code, table, stderr = run_cli(capsys, "inspect", str(out), "--index", selector, "--tokens")
         assert code == 0, stderr
         ids = [int(line.split("\t")[5]) for line in table.splitlines()[1:]]
         assert ids == rows[key].segments[0].token_ids, selector
