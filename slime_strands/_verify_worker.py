@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import sys
-import weakref
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -113,7 +112,7 @@ class _Verifier:
     package was reported."""
 
     def __init__(self) -> None:
-        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+        self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
         self._warned_missing = False
 
     def available(self) -> bool:
@@ -141,8 +140,8 @@ class _Verifier:
         self, loop: asyncio.AbstractEventLoop, pool: _Pool
     ) -> AsyncGenerator[None, None]:
         """Suspended while the loop runs; the loop's shutdown (the end of ``asyncio.run``, of any
-        ``asyncio.Runner``) closes it, and so stops the pool's workers. A pool's workers hold its loop (their
-        pipes' transports do), so the weak key alone never lets either go: the workers would outlive the loop."""
+        ``asyncio.Runner``) closes it, and so stops the pool's workers and forgets the loop. A pool's workers
+        hold its loop (their pipes' transports do), so no collection of the loop could stop them instead."""
         try:
             yield
         finally:

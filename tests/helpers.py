@@ -11,10 +11,9 @@ so ``tokenizer.decode(tm.token_ids)`` can be compared with the template's full r
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,6 +298,19 @@ def with_generation_prompt(tokenizer: Any, prefix: str) -> Any:
     return copy
 
 
+def verify_workers() -> set[int]:
+    """The pids of this process's math-verify workers still alive (``slime_strands._verify_worker``)."""
+    found = set()
+    for process in psutil.Process().children(recursive=True):
+        with suppress(psutil.Error):
+            if (
+                process.status() != psutil.STATUS_ZOMBIE
+                and "slime_strands._verify_worker" in process.cmdline()
+            ):
+                found.add(process.pid)
+    return found
+
+
 __all__ = [
     "BAD_CALLS",
     "EMPTY_THINK",
@@ -317,18 +329,6 @@ __all__ = [
     "result_texts",
     "server_for",
     "tool_results",
+    "verify_workers",
     "with_generation_prompt",
 ]
-
-
-def verify_workers() -> set[int]:
-    """The pids of this process's math-verify workers still alive (``slime_strands._verify_worker``)."""
-    found = set()
-    for process in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if (
-                process.status() != psutil.STATUS_ZOMBIE
-                and "slime_strands._verify_worker" in process.cmdline()
-            ):
-                found.add(process.pid)
-    return found
